@@ -201,6 +201,29 @@ async def test_a_denied_call_whose_bytes_do_not_parse_is_recorded_with_the_parse
     )
 
 
+async def test_a_permitted_call_whose_bytes_do_not_parse_is_recorded_and_a_read_is_not(
+    stub: FlowStub, services: Services
+) -> None:
+    """An operator's DeleteRack whose bytes do not parse was answered INVALID_ARGUMENT with no row: the
+    trail showed nothing of a script sending what the server could not read, though a call refused by its
+    role, or by its service, has its row. A read's is refused alike and, as every read, not recorded."""
+    async with secured_server(services, TOKENS) as address, grpc.aio.insecure_channel(address) as channel:
+        refused = await raw_call(channel, f"/{FLOW}/DeleteRack", TRUNCATED, OPERATOR_TOKEN)
+        read = await raw_call(channel, f"/{FLOW}/GetRack", TRUNCATED, OPERATOR_TOKEN)
+    assert refused.code() == read.code() == grpc.StatusCode.INVALID_ARGUMENT
+    (event,) = await events(stub)
+    assert (event.principal, event.method, event.outcome, event.error) == (
+        "oncall",
+        "DeleteRack",
+        "INVALID_ARGUMENT",
+        refused.details(),
+    )
+    assert list(event.target_ids) == []
+    assert json.loads(event.request_json) == {
+        "unparsed": refused.details().removeprefix("request: ")  # type: ignore[union-attr]
+    }
+
+
 async def test_a_call_without_valid_credentials_is_not_recorded(stub: FlowStub) -> None:
     """Anyone can send a call without a token: recording those would let anyone fill the trail."""
     for metadata in ((), bearer("not-a-token")):

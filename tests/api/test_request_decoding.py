@@ -1,5 +1,6 @@
 """Requests whose bytes do not parse, sent raw (no serializer) to a server wired like `rackflow serve`:
-INVALID_ARGUMENT with the parser's reason, for every RPC, and nothing written."""
+INVALID_ARGUMENT with the parser's reason, for every RPC, and nothing written but a mutating RPC's audit
+event."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2
+from sqlalchemy import text
 
+from rackflow.api.auth import is_mutating
 from rackflow.services import Services
 from rackflow.store.db import Database
 from rackflow.v1 import flow_pb2 as pb
@@ -65,8 +68,8 @@ async def test_a_string_field_that_is_not_utf8_is_invalid_argument(
             f"request: the bytes sent do not parse: Error parsing message with type "
             f"'rackflow.v1.{rpc}Request': String field had bad UTF-8"
         )
-    # Refused before the handler and the audit: nothing is written, not even an audit event.
-    assert await table_counts(db) == before
+    # Refused before the handler: nothing is written but each call's audit event (`record_refusal`).
+    assert await table_counts(db) == before | {"audit_events": before["audit_events"] + 2}
 
 
 async def test_every_rpc_refuses_a_request_that_does_not_parse(
@@ -81,7 +84,13 @@ async def test_every_rpc_refuses_a_request_that_does_not_parse(
         (error.details() or "").startswith("request: the bytes sent do not parse: ")
         for error in answers.values()
     )
-    assert await table_counts(db) == before
+    mutating = [rpc for rpc in RPCS if is_mutating(rpc)]
+    assert await table_counts(db) == before | {"audit_events": before["audit_events"] + len(mutating)}
+    async with db.read() as conn:
+        recorded = await conn.execute(text("SELECT method, outcome FROM audit_events"))
+        assert sorted((method, outcome) for method, outcome in recorded) == [
+            (rpc, "INVALID_ARGUMENT") for rpc in mutating
+        ]
 
 
 async def test_authentication_comes_before_parsing(services: Services) -> None:

@@ -106,7 +106,16 @@ def test_an_operator_may_act_so_is_told_the_name_is_unknown(http: httpx.Client) 
     response = http.post("/schedules/nightly-rset:pause", headers=bearer(OPERATOR))
     assert response.status_code == 404, response.text
     assert response.json()["code"] == "NOT_FOUND" and response.json()["field"] == "id"
-    assert newest_event(http) == before  # nothing ran: no call to record (as over gRPC, whose id is an id)
+    # Nothing ran, and the trail says who tried what, as over gRPC a pause of an id that names nothing is.
+    event = newest_event(http)
+    assert event != before
+    assert (event["principal"], event["method"], event["outcome"], event["error"]) == (
+        "oncall",
+        "PauseTaskSchedule",
+        "NOT_FOUND",
+        response.json()["message"],
+    )
+    assert [t["id"] for t in event["target_ids"]] == ["nightly-rset"]
 
 
 def test_an_approval_is_refused_to_an_operator_before_its_body_is_read(http: httpx.Client) -> None:

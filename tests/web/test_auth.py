@@ -203,6 +203,61 @@ async def test_a_refused_call_s_body_that_does_not_parse_is_recorded_as_sent_bou
     assert parsed == {"id": {"id": str(schedule.id)}, "reason": "INC-4411"}  # as before: no unparsed_body
 
 
+PAST_RESUME = b'{"resume_at": "2001-01-01T00:00:00Z"}'
+
+
+async def test_a_permitted_call_refused_before_its_rpc_ran_is_recorded_once(
+    http: httpx.AsyncClient, services: Services
+) -> None:
+    """An operator's action refused before its RPC ran (a body that does not parse, a name in its path that
+    names nothing, a scope that is not its schedule's) was answered with no row: the trail showed a viewer's
+    malformed pause, or a pause of a missing schedule by id over gRPC, but not an operator's. Each is one
+    row now, with the request as sent; a call its RPC refused is still one row, and a read none."""
+    await make_racks(services, "r1")
+    schedule = await make_schedule(services, "nightly", "r1")
+    headers = {**bearer(OPERATOR_TOKEN), "Content-Type": "application/json"}
+    scope_id = str(uuid.UUID(int=7))
+    sent: list[tuple[str, str, bytes, dict[str, Any]]] = [  # (method, path, body, the request recorded)
+        (
+            "POST",
+            "/schedules/nightly:pause",
+            b'{"reasons": "INC-1"}',
+            {
+                "id": {"id": str(schedule.id)},
+                "unparsed_body": {
+                    "error": "reasons: unknown field (the request body takes: reason, resume_at)",
+                    "body": '{"reasons": "INC-1"}',
+                },
+            },
+        ),
+        ("POST", "/schedules/nightly-typo:pause", b"{}", {"id": {"id": "nightly-typo"}}),
+        ("DELETE", f"/schedules/nightly/scopes/{scope_id}", b"", {"scope_id": {"id": scope_id}}),
+        # Refused by its service, whose audit records it: one row all the same.
+        (
+            "POST",
+            "/schedules/nightly:pause",
+            PAST_RESUME,
+            {"id": {"id": str(schedule.id)}, **json.loads(PAST_RESUME)},
+        ),
+    ]
+    answers = [
+        await http.request(method, API + path, content=body, headers=headers)
+        for method, path, body, _ in sent
+    ]
+    read = await http.get(f"{API}/schedules", params={"colour": "red"}, headers=headers)
+    assert [a.status_code for a in [*answers, read]] == [400, 404, 404, 400, 400], [a.text for a in answers]
+    events = (await http.get(f"{API}/audit", headers=bearer(VIEWER_TOKEN))).json()["events"]
+    recorded = sorted(
+        ((e["method"], e["outcome"], e["error"], json.loads(e["request_json"])) for e in events), key=repr
+    )
+    rpcs = ("PauseTaskSchedule", "PauseTaskSchedule", "RemoveTaskScheduleScope", "PauseTaskSchedule")
+    expected = [
+        (rpc, answer.json()["code"], answer.json()["message"], request)
+        for (_, _, _, request), answer, rpc in zip(sent, answers, rpcs, strict=True)
+    ]
+    assert recorded == sorted(expected, key=repr)
+
+
 async def test_a_refused_call_s_unparsed_body_is_recorded_without_its_secrets(
     http: httpx.AsyncClient,
 ) -> None:

@@ -293,7 +293,8 @@ async def test_a_refused_action_is_audited_and_changes_nothing(
 async def test_a_malformed_body_is_refused_before_anything_runs(
     http: httpx.AsyncClient, services: Services, db: Database, body: str, field: str | None, words: str
 ) -> None:
-    """In the API's words: the field's path and what it takes, never the protobuf parser's internals."""
+    """In the API's words: the field's path and what it takes, never the protobuf parser's internals. Nothing
+    runs, and the trail records the refusal, as over gRPC (`JsonApi._answer`)."""
     await make_racks(services, "r1")
     await make_schedule(services, "nightly", "r1")
     before = await table_counts(db)
@@ -302,7 +303,9 @@ async def test_a_malformed_body_is_refused_before_anything_runs(
     assert (
         words in message and "Available Fields" not in message and "PauseTaskScheduleRequest" not in message
     )
-    assert await table_counts(db) == before
+    assert await table_counts(db) == before | {"audit_events": before["audit_events"] + 1}
+    (row,) = await audit_rows(http)
+    assert (row["method"], row["outcome"], row["error"]) == ("PauseTaskSchedule", "INVALID_ARGUMENT", message)
 
 
 async def test_unknown_schedule_actions_and_paths(http: httpx.AsyncClient, db: Database) -> None:
@@ -312,11 +315,23 @@ async def test_unknown_schedule_actions_and_paths(http: httpx.AsyncClient, db: D
     assert (await http.get(f"{API}/nothing-here")).status_code == 404
     error_of(await http.delete(f"{API}/schedules/ghost"), 404, "NOT_FOUND", "id")
     error_of(await http.put(f"{API}/schedules/ghost", json={}), 405, "UNIMPLEMENTED", None)
-    assert await table_counts(db) == before  # a name that names nothing never reaches an RPC
+    # A name that names nothing never reaches an RPC; each action on it is recorded as its RPC refused, the
+    # name as sent (as over gRPC an id that names nothing is); a path that is no endpoint is no call.
+    assert await table_counts(db) == before | {"audit_events": before["audit_events"] + 4}
     # A malformed id does reach CancelTask, which refuses it; the audit records that, as over gRPC.
     error_of(await http.post(f"{API}/tasks/nope:cancel"), 400, "INVALID_ARGUMENT", "task_id")
-    (row,) = await audit_rows(http)
-    assert (row["method"], row["outcome"]) == ("CancelTask", "INVALID_ARGUMENT")
+    rows = sorted((row["method"], row["outcome"], row["request_json"]) for row in await audit_rows(http))
+    ghost = '{"id": {"id": "ghost"}}'
+    assert rows == sorted(
+        [
+            *(
+                (rpc, "NOT_FOUND", ghost)
+                for rpc in ("PauseTaskSchedule", "ResumeTaskSchedule", "TriggerTaskSchedule")
+            ),
+            ("DeleteTaskSchedule", "NOT_FOUND", ghost),
+            ("CancelTask", "INVALID_ARGUMENT", '{"task_id": {"id": "nope"}}'),
+        ]
+    )
 
 
 async def test_audit_filters(http: httpx.AsyncClient, services: Services) -> None:

@@ -1,7 +1,9 @@
 """Audit over gRPC: the interceptor that records every mutating RPC, and ListAuditEvents.
 
-A mutating RPC the caller's role may not make is recorded too (`AuditInterceptor.record_denial`, which
-the auth interceptor and the HTTP API call before they refuse it), as `PERMISSION_DENIED`.
+A mutating RPC refused before it runs is recorded too (`AuditInterceptor.record_refusal`): one the
+caller's role may not make (the auth interceptor and the HTTP API call it before they refuse it, as
+`PERMISSION_DENIED`), one whose request does not parse (the decoding interceptor; over HTTP, its body), and
+an HTTP call refused before its RPC ran (a name in its path that names nothing, a query parameter).
 
 The servicers know nothing about auditing. The interceptor wraps every Flow RPC that is not a read (see
 `rackflow.api.auth.is_mutating`), runs it, and records one event in the audit trail (`rackflow.audit`):
@@ -42,11 +44,11 @@ from rackflow.api.convert.audit import audit_event_to
 from rackflow.api.convert.checks import check_without_secrets
 from rackflow.api.convert.notifications import without_secrets
 from rackflow.api.decoding import Unparsed
-from rackflow.api.errors import message_of, rpc, status_for
+from rackflow.api.errors import rpc
 from rackflow.audit.changes import Changes, noting
 from rackflow.audit.trail import AuditTrail
 from rackflow.domain.audit import OK, SYSTEM_METHODS, EventFilter
-from rackflow.errors import InvalidArgument, PermissionDenied
+from rackflow.errors import InvalidArgument
 from rackflow.security import Principal, audited_name, current_principal
 from rackflow.v1 import flow_pb2 as pb
 
@@ -66,7 +68,8 @@ _SCHEDULE_ID_FIELD = {
     "UpdateTaskScheduleScope": "schedule_id",
 }
 # RPCs on a run whose event names the run's schedule, as their services note it once they read the run
-# (`audit.changes.note_schedule_of_run`); a call refused by role reads it for its event (`record_denial`).
+# (`audit.changes.note_schedule_of_run`); a call refused before it ran reads it for its event
+# (`record_refusal`).
 _RUN_RPCS = frozenset({"ApproveTaskScheduleRun", "RejectTaskScheduleRun", "RetryTaskScheduleRun"})
 _SCOPE_RPC = "RemoveTaskScheduleScope"
 _CREATE_SCHEDULE_RPC = "CreateTaskSchedule"
@@ -74,9 +77,9 @@ _CREATE_SCHEDULE_RPC = "CreateTaskSchedule"
 
 @dataclass(frozen=True)
 class WithUnparsedBody:
-    """A JSON API call refused by role whose path parsed and whose body did not: recorded as the request its
-    path gives (the ids it names), with `unparsed_body` (`rackflow.web.bodies.unparsed_body`: why, and the
-    body as sent, bounded and without secrets) beside its fields."""
+    """A JSON API call refused before it ran whose path parsed and whose body did not: recorded as the
+    request its path gives (the ids it names), with `unparsed_body` (`rackflow.web.bodies.unparsed_body`:
+    why, and the body as sent, bounded and without secrets) beside its fields."""
 
     request: Message
     unparsed_body: dict[str, Any]
@@ -158,28 +161,30 @@ class AuditInterceptor(FlowInterceptor):
 
         return audited
 
-    async def record_denial(
-        self, rpc: str, request: Any, principal: Principal, refusal: PermissionDenied
+    async def record_refusal(
+        self, rpc: str, request: Any, principal: Principal | None, outcome: str, error: str
     ) -> None:
-        """Record a call `principal`'s role may not make, refused before it runs (`api.auth.authorize`:
-        over gRPC by the auth interceptor, over HTTP by `rackflow.web.calls`), as a call refused by its
-        service is recorded: the principal, the RPC, its ids, `PERMISSION_DENIED` with the message the
-        caller gets, a schedule RPC's schedule as it stands (before and after alike: nothing ran), and
-        an approval's, a rejection's or a retry's run's schedule among its ids.
+        """Record a call refused before it runs, as a call refused by its service is recorded: the
+        principal (None: anonymous), the RPC, its ids, the refusal's status (`outcome`, its code's name)
+        with the message the caller gets (`error`), a schedule RPC's schedule as it stands (before and
+        after alike: nothing ran), and an approval's, a rejection's or a retry's run's schedule among its
+        ids. Refused so: a call `principal`'s role may not make (`api.auth.authorize`: over gRPC by the
+        auth interceptor, over HTTP by `rackflow.web.calls`); a request whose bytes do not parse
+        (`rackflow.api.decoding`); a JSON API call refused before its RPC ran (`rackflow.web.api`: its
+        body, a name in its path that names nothing, a query parameter).
 
-        Why: the refusal was only logged, so the trail never showed that a viewer's token tried to delete
-        a schedule, or an operator's to approve a run. A request whose bytes do not parse (the auth runs
-        before the decoding) is recorded as the parser's reason, naming no id; a JSON API request whose
-        body does not parse (`WithUnparsedBody`), as its path's request with the body as sent beside it
-        (`unparsed_body`). Returns once the event is committed or spooled; never raises
+        Why: such refusals were only logged, or not even that, so the trail never showed that a viewer's
+        token tried to delete a schedule, or that an operator's script sent a pause the server could not
+        read. A request whose bytes do not parse is recorded as the parser's reason, naming no id; a JSON
+        API request whose body does not parse (`WithUnparsedBody`), as its path's request with the body as
+        sent beside it (`unparsed_body`). Returns once the event is committed or spooled; never raises
         (`AuditTrail.record`).
         """
-        outcome, error = status_for(refusal).name, message_of(refusal)
         reset = current_principal.set(principal)
         try:
             if isinstance(request, Unparsed):
                 await self.trail.record(
-                    principal=principal.name,
+                    principal=audited_name(),
                     method=rpc,
                     target_ids=(),
                     outcome=outcome,

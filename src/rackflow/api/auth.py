@@ -43,9 +43,9 @@ READ_PREFIXES = ("Get", "List", "Preview", "Check")
 APPROVER_RPCS = frozenset({"ApproveTaskScheduleRun", "RejectTaskScheduleRun"})
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-# Records in the audit trail a call (rpc, request) the principal's role may not make, before it is refused
-# (`rackflow.api.audit.AuditInterceptor.record_denial`).
-RecordDenial = Callable[[str, Any, Principal, PermissionDenied], Awaitable[None]]
+# Records in the audit trail a call (rpc, request, principal, outcome, error) refused before it runs: its
+# role may not make it, or its request does not parse (`rackflow.api.audit.AuditInterceptor.record_refusal`).
+RecordRefusal = Callable[[str, Any, Principal | None, str, str], Awaitable[None]]
 
 
 def rpc_name(method: str) -> str | None:
@@ -147,11 +147,11 @@ class FlowInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 class AuthInterceptor(FlowInterceptor):
     """Refuses a caller without valid credentials (logged only: anyone can send those, and recording them
     would let anyone fill the audit trail) and a caller whose role may not call the RPC (logged, and
-    recorded by `record_denial`: every such RPC is a mutating one, audited had it been allowed)."""
+    recorded by `record_refusal`: every such RPC is a mutating one, audited had it been allowed)."""
 
-    def __init__(self, tokens: TokenTable | None, record_denial: RecordDenial) -> None:
+    def __init__(self, tokens: TokenTable | None, record_refusal: RecordRefusal) -> None:
         self.tokens = tokens
-        self.record_denial = record_denial
+        self.record_refusal = record_refusal
 
     def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if self.tokens is None and not is_mutating(rpc):
@@ -173,7 +173,7 @@ class AuthInterceptor(FlowInterceptor):
                 authorize(principal, rpc)
             except PermissionDenied as exc:
                 log.warning("refused %s from %s: %s", rpc, context.peer(), exc)
-                await self.record_denial(rpc, request, principal, exc)
+                await self.record_refusal(rpc, request, principal, status_for(exc).name, message_of(exc))
                 await context.abort(status_for(exc), message_of(exc))
             reset = current_principal.set(principal)
             try:

@@ -38,6 +38,7 @@ class FlowServicer(
 def interceptors(tokens: TokenTable | None, audit: AuditInterceptor) -> list[grpc.aio.ServerInterceptor]:
     """The server's interceptors, outermost first. Authentication runs first, so a caller without a valid
     token learns nothing of its request and the audit sees the caller's principal (a call its role may not
-    make is refused there, and recorded by the audit's `record_denial`); then a request whose
-    bytes do not parse is refused (there is no request to audit); then the audit records the call."""
-    return [AuthInterceptor(tokens, audit.record_denial), DecodeInterceptor(), audit]
+    make is refused there, and recorded by the audit's `record_refusal`); then a request whose bytes do
+    not parse is refused, a mutating RPC's recorded as the parser's reason; then the audit records the
+    call."""
+    return [AuthInterceptor(tokens, audit.record_refusal), DecodeInterceptor(audit.record_refusal), audit]

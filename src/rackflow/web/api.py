@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rackflow.api.audit import WithUnparsedBody
+from rackflow.api.auth import is_mutating
 from rackflow.api.convert import message_json
 from rackflow.api.errors import INTERNAL_MESSAGE
 from rackflow.client import rack_view, run_view, task_status
@@ -201,6 +202,8 @@ class Call:
     principal: Principal
     caller: RpcCaller
     now: datetime
+    # Whether the endpoint's own RPC was called: its audit records it however it ends (`JsonApi._answer`).
+    ran: bool = False
 
     def ref(self, name: str = "ref") -> str:
         return str(self.request.path_params[name])
@@ -220,6 +223,7 @@ class Call:
         return message
 
     async def rpc(self, name: str, message: Message) -> Message:
+        self.ran = self.ran or name == self.endpoint.rpc
         return await self.caller(name, message, self.principal)
 
 
@@ -686,8 +690,7 @@ class JsonApi:
                 # The role first, as over gRPC: a refused call looks nothing up, so its answer and its
                 # audit row never depend on whether the names it gives exist.
                 await self.caller.authorize(endpoint.rpc, principal, lambda: self._as_sent(call))
-                query.check()
-                message = await endpoint.handler(self, call)
+                message = await self._answer(call)
             except RpcError as exc:
                 return error_response(exc)
             except RackflowError as exc:
@@ -700,6 +703,22 @@ class JsonApi:
             return JSONResponse(message_json(message))
 
         return respond
+
+    async def _answer(self, call: Call) -> Message:
+        """The endpoint's answer. A mutating endpoint refused before its RPC ran (a body that does not
+        parse, a name in its path that names nothing, a query parameter) is recorded as its RPC refused,
+        with the request as sent (`_as_sent`): over gRPC such a call is refused by the RPC, or by its
+        decoding, and recorded, so every call that could have changed something has its row."""
+        try:
+            call.query.check()
+            return await call.endpoint.handler(self, call)
+        except (RpcError, RackflowError) as exc:
+            if is_mutating(call.endpoint.rpc) and not call.ran:
+                refusal = exc if isinstance(exc, RpcError) else RpcError.of(exc)
+                await self.caller.record_refused(
+                    call.endpoint.rpc, await self._as_sent(call), call.principal, refusal
+                )
+            raise
 
     async def _as_sent(self, call: Call) -> Message | WithUnparsedBody:
         """The endpoint's request as the path and body give it: what a call refused by role is recorded with

@@ -5,7 +5,7 @@ the `rpc` decorator has already turned a domain error into its status code and m
 status comes from the same table (`rackflow.api.errors`). The caller's role is checked by the gRPC rule
 (`authorize`), and a mutating RPC is wrapped by the audit interceptor's own `audited`, so it writes the
 same audit row as over gRPC, with the HTTP caller's principal; a call its role may not make is recorded
-by the same `record_denial` before it is refused, as over gRPC. The JSON API asks `authorize` for its
+by the same `record_refusal` before it is refused, as over gRPC. The JSON API asks `authorize` for its
 endpoint's RPC before it reads the body or looks up a name (`rackflow.web.api`), as gRPC checks the role
 before it parses the request, so a refusal never depends on them. The console's buttons and forms post to
 this API, so they are refused and recorded alike.
@@ -105,8 +105,15 @@ class RpcCaller:
         try:
             authorize(principal, rpc)
         except PermissionDenied as exc:
-            await self.audit.record_denial(rpc, await request(), principal, exc)
-            raise RpcError.of(exc) from None
+            refusal = RpcError.of(exc)
+            await self.record_refused(rpc, await request(), principal, refusal)
+            raise refusal from None
+
+    async def record_refused(
+        self, rpc: str, request: Message | WithUnparsedBody, principal: Principal, refusal: RpcError
+    ) -> None:
+        """Record in the audit trail a call to `rpc` refused before it ran (`record_refusal`)."""
+        await self.audit.record_refusal(rpc, request, principal, refusal.code.name, refusal.message)
 
     async def __call__(self, rpc: str, request: Message, principal: Principal) -> Message:
         """The RPC's response; `RpcError` when it is refused (role, validation, state) or fails."""
