@@ -70,7 +70,7 @@ ERROR_ROWS = {
     "NFC: see Names above); "
     "a duplicate rack or component in one target spec; a target that resolves to no rack; a request whose "
     "bytes do not parse, such as a string field that is not valid UTF-8 (`request: the bytes sent do not "
-    "parse: …`, refused before it is audited).",
+    "parse: …`; a mutating RPC's refusal is in the audit trail, its request the parser's reason).",
     "NOT_FOUND": "An id (or name) that does not exist.",
     "ALREADY_EXISTS": "A duplicate rack or schedule name, on create and on rename (nothing in that request "
     "is applied); a component's external id, or BMC resource, that another component has (in any rack).",
