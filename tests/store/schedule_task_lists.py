@@ -1,5 +1,5 @@
-"""What the migrations of the index of a schedule's tasks (0052, 0058) are tested with: a schedule's tasks
-in two statuses, the indexes of `tasks` led by the schedule, and the schedule's list read back."""
+"""What the migrations of the index of a schedule's tasks (0052, 0058) and its plans are tested with: a
+schedule's tasks in two statuses, the indexes of `tasks` led by the schedule, and the list read back."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, insert, inspect
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from rackflow.domain.tasks import TaskStatus
+from rackflow.domain.tasks import Task, TaskStatus
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, tasks
@@ -46,18 +47,26 @@ def schedule_indexes(conn: Connection) -> dict[str, list[str]]:
     return found
 
 
+async def first_page(
+    conn: AsyncConnection, schedule: uuid.UUID | None, statuses: list[TaskStatus], limit: int
+) -> tuple[list[Task], int]:
+    """The first page of `limit` of the task list (of `schedule` if given, of `statuses` if any), newest
+    first, and its count, as the list RPC reads them."""
+    return await task_store.list_tasks(
+        conn,
+        rack_id=None,
+        schedule_id=schedule,
+        active_only=False,
+        statuses=statuses,
+        offset=0,
+        limit=limit,
+    )
+
+
 async def listed(db: Database, schedule: uuid.UUID, status: TaskStatus | None = None) -> list[uuid.UUID]:
     """The schedule's tasks of `status` (None: every status), a page of 10, newest first; the list's count
     checked against the page."""
     async with db.read() as conn:
-        found, total = await task_store.list_tasks(
-            conn,
-            rack_id=None,
-            schedule_id=schedule,
-            active_only=False,
-            statuses=[status] if status else [],
-            offset=0,
-            limit=10,
-        )
+        found, total = await first_page(conn, schedule, [status] if status else [], 10)
     assert total == len(found)
     return [t.id for t in found]

@@ -19,11 +19,12 @@ import pytest
 from sqlalchemy import insert
 
 from rackflow.domain.tasks import Task, TaskStatus
-from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_schedule, tasks
-from tests.conftest import fresh_postgres_database, postgres_admin_url, schedule_row, task_row
+from tests.conftest import postgres_admin_url, schedule_row, task_row
+from tests.e2e.cluster import fresh_postgres_database
 from tests.store.query_plans import explain, explain_analyzed, explain_without_scans, statements_sent
+from tests.store.schedule_task_lists import first_page
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 INDEX = "ix_tasks_schedule_id_status_created_at_id"
@@ -54,15 +55,7 @@ async def _first_page(
     await _vacuumed(db)
     with statements_sent(db) as all_sent:
         async with db.read() as conn:
-            found, total = await task_store.list_tasks(
-                conn,
-                rack_id=None,
-                schedule_id=schedule,
-                active_only=False,
-                statuses=statuses,
-                offset=0,
-                limit=20,
-            )
+            found, total = await first_page(conn, schedule, statuses, 20)
     return (
         found,
         total,
