@@ -13,14 +13,15 @@ its own (`comps-d<n>` for rack `comps-r<n>`), and nothing else:
 Then, with one `rackflow serve` (no dispatcher), over gRPC on loopback: the request of no fields (every
 domain, as SPEC.md's `{}` asks) and the keyset pages of 1,000 (first and next): p50 and p95 of `--repeat`
 calls after a warm-up, the server's CPU a call (`server_cpu_ms`, from /proc), the answer's KiB (issue 29's
-target: 100 ms p95 an RPC).
+target: 100 ms p95 an RPC). The whole list twice: as the server keeps it while nothing changed (migration
+0059), and read anew, a change to the list (rack 0 put in its own domain again, untimed) before each call.
 
 Then, the server stopped, in this process, with the server's collector settings (`server.tune_gc`): the
 CPU (process time, which a busy machine changes less than wall time) of the unpaged answer, by part:
 the service's read (`InventoryService.list_domains`), the whole handler (`FlowServicer.ListNVLDomains`,
-as the server calls it), and serializing its answer; the median of `--cpu-rounds` after a warm-up. The
-handler less the read is what making the response costs. Run it with PYTHONPATH at another checkout's
-`src` to measure that one (the `# code` line names it).
+as the server calls it), each after a change and again as kept, and serializing its answer; the median of
+`--cpu-rounds` after a warm-up. The handler less the read is what making the response costs. Run it with
+PYTHONPATH at another checkout's `src` to measure that one (the `# code` line names it).
 
     python bench/nvl_domains.py --racks 20000 --repeat 20
     python bench/nvl_domains.py --db sqlite --racks 20000 --repeat 20
@@ -52,7 +53,6 @@ from _common import (
     result,
     start_server,
     sync_engine,
-    timed,
 )
 from rack_components import (
     CHANNEL_OPTIONS,
@@ -64,7 +64,7 @@ from rack_components import (
     load_racks,
     make_database,
 )
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from rackflow.api.servicer import FlowServicer
 from rackflow.clock import SystemClock
@@ -103,28 +103,50 @@ def load_sqlite(url: str, racks_n: int) -> None:
     engine.dispose()
 
 
-def measure_rpc(server: ServerProcess, repeat: int) -> None:
-    """Each read's calls timed (and the server's CPU they took: `server_cpu_ms`, a call's share)."""
+class Changer:
+    """A change to the domain list that leaves it as it was (rack 0 put in its own domain again), which
+    replaces the token of migration 0059 all the same: the next whole list is read anew, as after a rack
+    joined or left a domain."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = sync_engine(url)
+
+    def change(self) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(racks)
+                .where(racks.c.name == "comps-r000000")
+                .values(nvl_domain_id=racks.c.nvl_domain_id)
+            )
+
+
+def measure_rpc(server: ServerProcess, repeat: int, changer: Changer) -> None:
+    """Each read's calls timed (and the server's CPU they took: `server_cpu_ms`, a call's share). The whole
+    list twice: as the server keeps it (no change between calls), and read anew after a change before each
+    call (the change untimed, made on a connection of this process: none of the server's CPU)."""
     stub = flow_pb2_grpc.FlowStub(grpc.insecure_channel(server.address, options=CHANNEL_OPTIONS))
     first = pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=PAGE))
     token = stub.ListNVLDomains(first).next_page_token
-    reads: list[tuple[str, Callable[[], Any]]] = [
-        ("ListNVLDomains[unpaged]", partial(stub.ListNVLDomains, pb.ListNVLDomainsRequest())),
-        (f"ListNVLDomains[limit={PAGE}]", partial(stub.ListNVLDomains, first)),
-        (
-            f"ListNVLDomains[limit={PAGE},next]",
-            partial(
-                stub.ListNVLDomains,
-                pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=PAGE, page_token=token)),
-            ),
-        ),
+    every_domain = partial(stub.ListNVLDomains, pb.ListNVLDomainsRequest())
+    next_page = pb.ListNVLDomainsRequest(pagination=pb.Pagination(limit=PAGE, page_token=token))
+    reads: list[tuple[str, Callable[[], Any], Callable[[], None] | None]] = [
+        ("ListNVLDomains[unpaged]", every_domain, None),
+        ("ListNVLDomains[unpaged,after a change]", every_domain, changer.change),
+        (f"ListNVLDomains[limit={PAGE}]", partial(stub.ListNVLDomains, first), None),
+        (f"ListNVLDomains[limit={PAGE},next]", partial(stub.ListNVLDomains, next_page), None),
     ]
-    for name, call in reads:
+    for name, call, change in reads:
         load = load_avg()
-        call()  # a first call (statements compiled) outside the CPU counted; `timed` warms up again
+        call()  # a first call (statements compiled, the list kept) outside the times and CPU counted
         cpu = cpu_seconds(server.proc.pid)
-        times, answer = timed(call, repeat)
-        server_cpu_ms = (cpu_seconds(server.proc.pid) - cpu) * 1000 / (repeat + 1)
+        times = []
+        for _ in range(repeat):
+            if change is not None:
+                change()
+            started = time.perf_counter()
+            answer = call()
+            times.append((time.perf_counter() - started) * 1000)
+        server_cpu_ms = (cpu_seconds(server.proc.pid) - cpu) * 1000 / repeat
         p95 = percentile(times, 95)
         result(
             "nvl_rpc",
@@ -140,34 +162,47 @@ def measure_rpc(server: ServerProcess, repeat: int) -> None:
         )
 
 
-async def cpu_in_process(url: str, rounds: int) -> None:
-    """The unpaged answer's CPU in this process, by part (the module's docstring)."""
+async def cpu_in_process(url: str, rounds: int, changer: Changer) -> None:
+    """The unpaged answer's CPU in this process, by part (the module's docstring): each read anew after a
+    change, and as kept (`kept_read_ms`, `kept_handler_ms`: no change since the last)."""
     tune_gc()
     db = Database(url)
     try:
         services = Services.build(db, SystemClock())
         servicer = FlowServicer(services)
         request = pb.ListNVLDomainsRequest()
-        read, handler, serialize = [], [], []
+        parts: dict[str, list[float]] = {}
         size = 0
         load = load_avg()
+
+        def took(part: str, started: float) -> None:
+            parts.setdefault(part, []).append(time.process_time() - started)
+
         for _ in range(rounds + 1):
+            for kept in ("", "kept_"):
+                if not kept:
+                    changer.change()
+                started = time.process_time()
+                await services.inventory.list_domains()
+                took(f"{kept}read", started)
+            for kept in ("", "kept_"):
+                if not kept:
+                    changer.change()
+                started = time.process_time()
+                answer = await servicer.ListNVLDomains(request, None)  # type: ignore[arg-type]
+                took(f"{kept}handler", started)
             started = time.process_time()
-            await services.inventory.list_domains()
-            read.append(time.process_time() - started)
-            started = time.process_time()
-            answer = await servicer.ListNVLDomains(request, None)  # type: ignore[arg-type]
-            answered = time.process_time()
             size = len(answer.SerializeToString())
-            serialize.append(time.process_time() - answered)
-            handler.append(answered - started)
-        read_ms, handler_ms = statistics.median(read[1:]) * 1000, statistics.median(handler[1:]) * 1000
+            took("serialize", started)
+        ms = {part: statistics.median(times[1:]) * 1000 for part, times in parts.items()}
         result(
             "nvl_cpu",
-            read_ms=read_ms,
-            handler_ms=handler_ms,
-            response_ms=handler_ms - read_ms,
-            serialize_ms=statistics.median(serialize[1:]) * 1000,
+            read_ms=ms["read"],
+            handler_ms=ms["handler"],
+            response_ms=ms["handler"] - ms["read"],
+            serialize_ms=ms["serialize"],
+            kept_read_ms=ms["kept_read"],
+            kept_handler_ms=ms["kept_handler"],
             kib=size // 1024,
             loadavg=load,
         )
@@ -206,12 +241,14 @@ def main() -> None:
             else:
                 load_sqlite(url, args.racks)
             result("nvl_load", seconds=time.perf_counter() - started, racks=args.racks, loadavg=load_avg())
+            changer = Changer(url)
             server = start_server(url, Path(tmp), args=["--no-dispatcher"])
             try:
-                measure_rpc(server, args.repeat)
+                measure_rpc(server, args.repeat, changer)
             finally:
                 server.stop()
-            asyncio.run(cpu_in_process(url, args.cpu_rounds))
+            asyncio.run(cpu_in_process(url, args.cpu_rounds, changer))
+            changer.engine.dispose()
         finally:
             if args.db == "postgres":
                 if args.keep:

@@ -146,3 +146,24 @@ def test_a_killed_instance_task_is_completed_by_another(pg_db: str, tmp_path: Pa
         doomed.kill()
         if survivor is not None:
             survivor.stop()
+
+
+def test_each_instance_lists_every_domain_as_another_left_it(pg_db: str, tmp_path: Path) -> None:
+    """Each server keeps the whole domain list it read (`ListNVLDomains` of no fields) until the database's
+    token says it changed (migration 0059): a change made through the other server, or by SQL, is in the
+    next whole list each one answers."""
+
+    def every_domain(server: ServerProcess) -> dict[str, list[str]]:
+        listed = server.stub().ListNVLDomains(pb.ListNVLDomainsRequest(), timeout=30)
+        return {domain.name: [rack_id.id for rack_id in domain.rack_ids] for domain in listed.domains}
+
+    with servers(pg_db, tmp_path, 2, args=["--no-dispatcher"]) as (a, b):
+        racks = create_racks(a.stub(), ["dom-0", "dom-1"])
+        assert every_domain(a) == every_domain(b) == {}
+        b.stub().CreateNVLDomain(pb.CreateNVLDomainRequest(name="d-one", rack_ids=[racks[0].id]), timeout=30)
+        assert every_domain(a) == every_domain(a) == {"d-one": [racks[0].id.id]}
+        a.stub().CreateNVLDomain(pb.CreateNVLDomainRequest(name="d-two", rack_ids=[racks[1].id]), timeout=30)
+        b.stub().DeleteRack(pb.DeleteRackRequest(id=racks[0].id), timeout=30)
+        assert every_domain(a) == every_domain(b) == {"d-one": [], "d-two": [racks[1].id.id]}
+        sql(pg_db, "UPDATE racks SET nvl_domain_id = NULL")
+        assert every_domain(a) == every_domain(b) == {"d-one": [], "d-two": []}

@@ -13,7 +13,7 @@ import pytest
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database
 from rackflow.store.migrate import current_revision, migrate
-from tests.conftest import database_at, downgrade, table_counts, upgraded_counts
+from tests.conftest import database_at, downgrade, table_counts
 from tests.store.index_builds import index_valid, leave_an_invalid_build
 from tests.store.schedule_task_lists import listed, made_tasks, schedule_indexes
 
@@ -35,7 +35,7 @@ async def test_tasks_are_kept_and_listed_by_schedule_and_status_and_back_down(db
     before = await table_counts(db)
 
     assert await migrate(db, "0052") == "0052"
-    assert await table_counts(db) == upgraded_counts(before)
+    assert await table_counts(db) == before  # 0052 makes no table
     for status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
         assert await listed(db, schedule, status) == made[status.value]
     columns = ["schedule_id", "created_at", "id"]

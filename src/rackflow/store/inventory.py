@@ -38,6 +38,7 @@ from rackflow.store.dialect import by_keys, name_holds, uuid_text
 from rackflow.store.paging import Key, Listed, keys_in_order, page_of, walk_end
 from rackflow.store.tables import (
     components,
+    domain_list_version,
     nvl_domains,
     racks,
     task_schedule,
@@ -497,6 +498,13 @@ async def get_domain(conn: AsyncConnection, domain_id: uuid.UUID) -> NVLDomain |
         return None
     rack_ids = (await rack_ids_by_domain(conn, [domain_id]))[domain_id]
     return NVLDomain(id=row.id, name=row.name, rack_ids=tuple(rack_ids), created_at=row.created_at)
+
+
+async def domain_list_token(conn: AsyncConnection) -> str | None:
+    """The token the triggers of migration 0059 replace on every change to the domains or their racks'
+    membership; None where its row was deleted by hand (the next change makes it again)."""
+    token: str | None = (await conn.execute(select(domain_list_version.c.token))).scalar_one_or_none()
+    return token
 
 
 async def list_domains(

@@ -70,6 +70,16 @@ nvl_domains = Table(
     ).ddl_if(dialect="postgresql"),
 )
 
+# A token that triggers replace on every change to the NVLink domains or their racks' membership (migration
+# 0059, which holds the triggers): `InventoryService` answers the whole domain list again from what it kept
+# while the token is the one it read before that list. One row, id 1.
+domain_list_version = Table(
+    "domain_list_version",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("token", String(36), nullable=False),
+)
+
 racks = Table(
     "racks",
     metadata,

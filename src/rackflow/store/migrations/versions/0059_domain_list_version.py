@@ -1,0 +1,95 @@
+"""domain_list_version: a token every change to the NVLink domains or their racks replaces, so a server can
+keep the whole domain list and read it again only when it changed
+
+ListNVLDomains asked for no page answers every domain with its racks: at a fleet's size, 20,000 domains
+(one an NVL72 rack), 134-206 ms a call on the 2-core machine of docs/PERFORMANCE.md, over the 100 ms of
+issue 29, though the list changes only when a domain is made or a rack joins, leaves or is deleted.
+`inventory.InventoryService` keeps the last whole list it read with the token it read first, and answers
+from it while the token is the same (docs/PERFORMANCE.md, "The whole domain list kept").
+
+The token is replaced by triggers, so every writer replaces it, in the writer's own transaction: each
+release's code, a rolling upgrade's older release (which knows nothing of it), and an operator's SQL.
+It is random, not a counter, so a database restored from a backup, or another database behind the same
+URL, never gives a server a token that names a list it kept from before. One row (id 1), written by
+upsert, so a row deleted by hand is made again by the next change.
+
+- PostgreSQL: one function, run once per statement after an INSERT, DELETE or TRUNCATE of `nvl_domains`
+  or `racks`, an UPDATE of any column of `nvl_domains` or of `racks.nvl_domain_id`.
+- SQLite: triggers run once per row (it has no statement triggers): the same changes but TRUNCATE, which
+  it lacks.
+
+A rack's other columns (its name, its components) are not in the list, so their changes keep the token.
+A later migration that rebuilds `racks` or `nvl_domains` on SQLite (alembic's batch mode copies the table)
+drops their triggers and must make them again; tests/store/test_domain_list_version.py fails if any is
+missing.
+The triggers take a brief lock on each table (PostgreSQL: SHARE ROW EXCLUSIVE, which writes of that table
+wait for and reads do not), under the migrations' lock timeout.
+
+Revision ID: 0059
+Revises: 0058
+Create Date: 2026-12-07
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0059"
+down_revision = "0058"
+branch_labels = None
+depends_on = None
+
+TABLE = "domain_list_version"
+TRIGGER = "domain_list_changed"  # PostgreSQL's function, and each table's trigger (SQLite: with a suffix)
+# What changes the list, by table (PostgreSQL adds TRUNCATE).
+EVENTS = {
+    "nvl_domains": ["INSERT", "UPDATE", "DELETE"],
+    "racks": ["INSERT", "UPDATE OF nvl_domain_id", "DELETE"],
+}
+NEW_TOKEN = {"postgresql": "gen_random_uuid()::text", "sqlite": "lower(hex(randomblob(16)))"}
+
+
+def upgrade() -> None:
+    dialect = op.get_bind().dialect.name
+    op.create_table(
+        TABLE,
+        sa.Column("id", sa.Integer, nullable=False),
+        sa.Column("token", sa.String(36), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=f"pk_{TABLE}"),
+    )
+    replace = (
+        f"INSERT INTO {TABLE} (id, token) VALUES (1, {NEW_TOKEN[dialect]})"
+        " ON CONFLICT (id) DO UPDATE SET token = excluded.token"
+    )
+    op.execute(replace)
+    if dialect == "postgresql":
+        op.execute(
+            f"CREATE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {replace}; RETURN NULL; END $$"
+        )
+        for table, events in EVENTS.items():
+            fired_by = " OR ".join([*events, "TRUNCATE"])
+            op.execute(
+                f"CREATE TRIGGER {TRIGGER} AFTER {fired_by} ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {TRIGGER}()"
+            )
+        return
+    for table, events in EVENTS.items():
+        for event in events:
+            op.execute(
+                f"CREATE TRIGGER {_sqlite_trigger(table, event)} AFTER {event} ON {table} BEGIN {replace}; END"
+            )
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        for table in EVENTS:
+            op.execute(f"DROP TRIGGER {TRIGGER} ON {table}")
+        op.execute(f"DROP FUNCTION {TRIGGER}()")
+    else:
+        for table, events in EVENTS.items():
+            for event in events:
+                op.execute(f"DROP TRIGGER {_sqlite_trigger(table, event)}")
+    op.drop_table(TABLE)
+
+
+def _sqlite_trigger(table: str, event: str) -> str:
+    """SQLite's trigger names are the database's, not a table's, and it has one trigger an event."""
+    return f"{TRIGGER}_{table}_{event.split()[0].lower()}"
