@@ -10,14 +10,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from sqlalchemy import delete, text
+from sqlalchemy import delete, insert, text
 
 from rackflow.domain.inventory import ComponentSpec, ComponentType, ListedDomain
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
-from rackflow.store.tables import domain_list_version
+from rackflow.store.tables import domain_list_version, racks
 from tests.store.query_plans import statements_sent
-from tests.store.schedules_support import Env, make_env
+from tests.store.schedules_support import START, Env, make_env
 
 pytestmark = pytest.mark.asyncio
 
@@ -135,3 +135,22 @@ async def test_a_token_deleted_by_hand_keeps_nothing_until_a_change_makes_it_aga
     with statements_sent(db) as sent:
         listed, total = await ours.list_domains()
     assert len(_reads(sent)) == 1 and [d.name for d in listed] == ["d-one", "d-two"] and total == 2
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+async def test_many_racks_made_in_one_transaction_replace_the_token_once(db: Database) -> None:
+    """A statement's trigger runs once a statement, and a list of racks written as many rows (psycopg's
+    executemany, as tests and scripts load a fleet) is a statement a rack. Each replaced the one row again
+    in the same transaction, whose versions PostgreSQL then follows from the first on every update: 20,000
+    racks took 28 s to write where they took 6. The token is replaced once a transaction."""
+    rows = [{"id": uuid.uuid4(), "name": f"bulk-{i}", "created_at": START} for i in range(300)]
+    async with db.transaction() as conn:
+        await conn.execute(insert(racks), rows)
+        written = await conn.execute(
+            text(
+                "SELECT n_tup_ins + n_tup_upd FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'domain_list_version'"
+            )
+        )
+        assert written.scalar_one() == 1
+    assert await _token(db) is not None

@@ -14,7 +14,10 @@ URL, never gives a server a token that names a list it kept from before. One row
 upsert, so a row deleted by hand is made again by the next change.
 
 - PostgreSQL: one function, run once per statement after an INSERT, DELETE or TRUNCATE of `nvl_domains`
-  or `racks`, an UPDATE of any column of `nvl_domains` or of `racks.nvl_domain_id`.
+  or `racks`, an UPDATE of any column of `nvl_domains` or of `racks.nvl_domain_id`, which replaces the
+  token once a transaction: racks written as many statements (executemany) replaced it once each, and
+  PostgreSQL follows a row's versions of one transaction from the first on every update (20,000 racks
+  written in 28 s where they took 6; a token new to the transaction is new to every reader already).
 - SQLite: triggers run once per row (it has no statement triggers): the same changes but TRUNCATE, which
   it lacks.
 
@@ -45,6 +48,7 @@ EVENTS = {
     "nvl_domains": ["INSERT", "UPDATE", "DELETE"],
     "racks": ["INSERT", "UPDATE OF nvl_domain_id", "DELETE"],
 }
+REPLACED = "rackflow.domain_list_replaced"  # PostgreSQL: set in a transaction that replaced the token
 NEW_TOKEN = {"postgresql": "gen_random_uuid()::text", "sqlite": "lower(hex(randomblob(16)))"}
 
 
@@ -62,8 +66,14 @@ def upgrade() -> None:
     )
     op.execute(replace)
     if dialect == "postgresql":
+        # Once a transaction, which a setting local to it remembers (a savepoint rolled back forgets it
+        # with the token it replaced). Not the row's xmin: a frozen row's is an old id that comes round
+        # again.
         op.execute(
-            f"CREATE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {replace}; RETURN NULL; END $$"
+            f"CREATE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF current_setting('{REPLACED}', true) IS DISTINCT FROM 'yes' THEN"
+            f" {replace}; PERFORM set_config('{REPLACED}', 'yes', true); END IF;"
+            " RETURN NULL; END $$"
         )
         for table, events in EVENTS.items():
             fired_by = " OR ".join([*events, "TRUNCATE"])
