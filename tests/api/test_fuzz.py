@@ -18,8 +18,7 @@ import functools
 import hashlib
 import os
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Table, event, update
+from sqlalchemy import Table, update
 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store.db import Database
@@ -37,6 +36,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.api.fuzz_requests import Known, requests_by_rpc
 from tests.conftest import stored_rows, write_back_rows
+from tests.store.query_plans import statements_sent
 
 RPCS = sorted(pb.DESCRIPTOR.services_by_name["Flow"].methods_by_name)
 # x 64 RPCs x 2 databases: about 2,000 requests a run, drawn anew each run (no example database), so the
@@ -375,21 +375,6 @@ async def test_found_by_fuzzing_is_now_invalid_argument(
 # --- over the limits: refused before the database is asked -----------------------------------------
 
 
-@contextmanager
-def statements_counted(db: Database) -> Iterator[list[str]]:
-    """Collect every SQL statement the engine sends while the block runs."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
-
-
 def _racks(count: int) -> pb.OperationTargetSpec:
     return pb.OperationTargetSpec(
         racks=pb.RackTargets(targets=[pb.RackTarget(name=f"r{i}") for i in range(count)])
@@ -472,7 +457,7 @@ async def test_over_a_limit_is_invalid_argument_without_touching_the_database(
     rpc: str, limit: str, make: Callable[[], Message], stub: flow_pb2_grpc.FlowStub, db: Database
 ) -> None:
     request = make()
-    with statements_counted(db) as statements:
+    with statements_sent(db) as sent:
         code, details = await call(stub, rpc, request)
     assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, details)
-    assert statements == [], f"{rpc} over its {limit} limit reached the database: {statements[:3]}"
+    assert sent == [], f"{rpc} over its {limit} limit reached the database: {sent[:3]}"

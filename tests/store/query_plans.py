@@ -41,6 +41,15 @@ def statements_sent(db: Database) -> Iterator[list[tuple[str, Any]]]:
         event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
 
 
+def queries(sent: list[tuple[str, Any]]) -> list[str]:
+    """The statements among `sent` (`statements_sent`) other than transaction control (SQLite's BEGIN)."""
+    return [
+        statement
+        for statement, _ in sent
+        if not statement.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK"))
+    ]
+
+
 # The statements that set a walk's planner settings and set them back (`store.dialect.walking_in_order`).
 _WALK_SETTINGS = re.compile(r"\bset_config\(")
 

@@ -16,7 +16,7 @@ from rackflow.domain.inventory import ComponentSpec, ComponentType, ListedDomain
 from rackflow.store import inventory as store
 from rackflow.store.db import Database
 from rackflow.store.tables import domain_list_version, racks
-from tests.store.query_plans import statements_sent
+from tests.store.query_plans import queries, statements_sent
 from tests.store.schedules_support import START, Env, make_env
 
 pytestmark = pytest.mark.asyncio
@@ -40,11 +40,6 @@ async def _token(db: Database) -> str | None:
 async def _sql(db: Database, statement: str) -> None:
     async with db.transaction() as conn:
         await conn.execute(text(statement))
-
-
-def _reads(sent: list[tuple[str, object]]) -> list[str]:
-    """The SELECTs among the statements sent (SQLite's reads also send BEGIN)."""
-    return [statement for statement, _ in sent if statement.lstrip().startswith("SELECT")]
 
 
 async def _read_afresh(db: Database) -> tuple[list[ListedDomain], int]:
@@ -92,7 +87,7 @@ async def test_the_whole_list_is_read_again_only_after_a_change(db: Database, ot
     with statements_sent(db) as sent:
         kept = await ours.list_domains()
     assert kept == await _read_afresh(db)
-    [token_read] = _reads(sent)  # the token alone
+    [token_read] = queries(sent)  # the token alone
     assert "domain_list_version" in token_read
 
     async def answered_as_read_afresh(change: Callable[[], Awaitable[object]]) -> None:
@@ -101,7 +96,7 @@ async def test_the_whole_list_is_read_again_only_after_a_change(db: Database, ot
         with statements_sent(db) as sent:
             listed = await ours.list_domains()
         assert listed == await _read_afresh(db)
-        assert len(_reads(sent)) > 1, sent
+        assert len(queries(sent)) > 1, sent
 
     await answered_as_read_afresh(lambda: theirs.create_domain("d-two"))
     await answered_as_read_afresh(lambda: theirs.create_rack("late", nvl_domain_id=uuid.UUID(kept[0][0].id)))
@@ -113,7 +108,7 @@ async def test_the_whole_list_is_read_again_only_after_a_change(db: Database, ot
     with statements_sent(db) as sent:
         await ours.list_domains(limit=1)
         await ours.list_domains(names=["d-one"])
-    assert not any("domain_list_version" in statement for statement in _reads(sent)), sent
+    assert not any("domain_list_version" in statement for statement in queries(sent)), sent
 
 
 async def test_a_token_deleted_by_hand_keeps_nothing_until_a_change_makes_it_again(
@@ -127,14 +122,14 @@ async def test_a_token_deleted_by_hand_keeps_nothing_until_a_change_makes_it_aga
     for _ in range(2):
         with statements_sent(db) as sent:
             assert await ours.list_domains() == await _read_afresh(db)
-        assert len(_reads(sent)) > 1, sent  # no token: read each time
+        assert len(queries(sent)) > 1, sent  # no token: read each time
 
     await other.services.inventory.create_domain("d-two")
     assert await _token(db) is not None
     await ours.list_domains()
     with statements_sent(db) as sent:
         listed, total = await ours.list_domains()
-    assert len(_reads(sent)) == 1 and [d.name for d in listed] == ["d-one", "d-two"] and total == 2
+    assert len(queries(sent)) == 1 and [d.name for d in listed] == ["d-one", "d-two"] and total == 2
 
 
 @pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)

@@ -6,13 +6,11 @@ executor's path or a cancellation's."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import TaskStatus
@@ -20,6 +18,7 @@ from rackflow.store import streak_checks, task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import failing_streak_checks
+from tests.store.query_plans import queries, statements_sent
 from tests.store.schedules_support import Env, make_env
 
 
@@ -51,23 +50,6 @@ async def _end(env: Env, task_ids: list[uuid.UUID], status: TaskStatus) -> None:
         await task_store.set_status(conn, task_ids, status, now=env.clock.now())
 
 
-@contextmanager
-def _statements(db: Database) -> Iterator[list[str]]:
-    """The statements sent to the database while the block runs, other than transaction control (SQLite's
-    BEGIN)."""
-    sent: list[str] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if not statement.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
-            sent.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", capture)
-    try:
-        yield sent
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", capture)
-
-
 async def test_a_look_with_nothing_marked_sends_one_statement_and_reads_no_schedule(env: Env) -> None:
     schedule = await _pausing(env, 2)
     (task_id,) = await _fire(env, schedule.id)
@@ -76,10 +58,10 @@ async def test_a_look_with_nothing_marked_sends_one_statement_and_reads_no_sched
 
     assert await env.services.schedules.pause_failing() == []  # one failing run of two: no streak
     assert await _marked(env) == set()  # the look took the mark
-    with _statements(env.db) as sent:
+    with statements_sent(env.db) as sent:
         assert await env.services.schedules.pause_failing() == []
-    assert len(sent) == 1, sent  # the probe of failing_streak_checks; no schedule, run or task read
-    assert "failing_streak_checks" in sent[0]
+    [probe] = queries(sent)  # the probe of failing_streak_checks; no schedule, run or task read
+    assert "failing_streak_checks" in probe
 
 
 async def test_a_streak_whose_last_task_ends_late_is_found_by_the_executor_path(env: Env) -> None:

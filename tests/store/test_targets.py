@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import event, insert
+from sqlalchemy import insert
 
 from rackflow.clock import FakeClock
 from rackflow.domain.inventory import (
@@ -28,6 +26,7 @@ from rackflow.inventory.service import InventoryService
 from rackflow.inventory.targets import resolve_targets
 from rackflow.store.db import Database
 from rackflow.store.tables import racks as racks_table
+from tests.store.query_plans import queries, statements_sent
 
 COMPUTE = ComponentType.COMPUTE
 NVSWITCH = ComponentType.NVSWITCH
@@ -222,21 +221,6 @@ async def test_spec_shape_errors(inventory: InventoryService, racks: list[Rack])
         await resolve(inventory.db, TargetSpec(racks=(RackTarget(name="r0", component_types=(UNKNOWN,)),)))
 
 
-@contextmanager
-def counted_statements(db: Database) -> Iterator[list[str]]:
-    """Collect every SQL statement sent while the block runs."""
-    statements: list[str] = []
-
-    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        statements.append(statement)
-
-    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(db.engine.sync_engine, "before_cursor_execute", record)
-
-
 async def test_ten_thousand_rack_targets_are_batched(db: Database, inventory: InventoryService) -> None:
     """10,000 racks by id, name and external id: a few IN queries per kind (chunks of 1,000)."""
     rack_ids = [uuid.uuid4() for _ in range(10_000)]
@@ -261,10 +245,10 @@ async def test_ten_thousand_rack_targets_are_batched(db: Database, inventory: In
         else RackTarget(external_id=f"e{i}")
         for i, rack_id in enumerate(rack_ids)
     )
-    with counted_statements(db) as statements:
+    with statements_sent(db) as sent:
         selections = await resolve(inventory.db, TargetSpec(racks=targets))
     assert [s.rack_id for s in selections] == rack_ids
-    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    selects = [s for s in queries(sent) if s.lstrip().upper().startswith("SELECT")]
     assert 3 <= len(selects) <= 12
 
 
@@ -276,8 +260,8 @@ async def test_thousands_of_component_targets_are_batched(db: Database, inventor
         components=tuple(ComponentTarget(id=c.id) for c in halves[0])
         + tuple(ComponentTarget(external_type=COMPUTE, external_id=c.external_id) for c in halves[1])
     )
-    with counted_statements(db) as statements:
+    with statements_sent(db) as sent:
         selections = await resolve(inventory.db, spec)
     assert selections == [RackSelection(rack.id, ComponentsFilter(frozenset(c.id for c in rack.components)))]
-    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    selects = [s for s in queries(sent) if s.lstrip().upper().startswith("SELECT")]
     assert 2 <= len(selects) <= 6
