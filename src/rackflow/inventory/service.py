@@ -376,9 +376,8 @@ class InventoryService:
         """A page of domains with their racks, oldest first (after the `store.DOMAIN_ORDER` key `after`),
         their ids as text, and how many match in all (counted up to LIST_COUNT_CAP, then more); of those
         among `ids` or `names` alone if given."""
-        whole = not offset and limit is None and after is None and ids is None and names is None
         async with self.db.read() as conn:
-            if not whole:
+            if not store.asks_every_domain(offset=offset, limit=limit, after=after, ids=ids, names=names):
                 return await store.list_domains(
                     conn, offset=offset, limit=limit, after=after, ids=ids, names=names
                 )

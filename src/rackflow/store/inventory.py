@@ -500,6 +500,19 @@ async def get_domain(conn: AsyncConnection, domain_id: uuid.UUID) -> NVLDomain |
     return NVLDomain(id=row.id, name=row.name, rack_ids=tuple(rack_ids), created_at=row.created_at)
 
 
+def asks_every_domain(
+    *,
+    offset: int,
+    limit: int | None,
+    after: Key | None,
+    ids: Collection[uuid.UUID] | None,
+    names: Collection[str] | None,
+) -> bool:
+    """Whether a list of domains asks for every one: no page and no filter. Its racks are read in one
+    statement, not by the page's domains, and `InventoryService` keeps it (migration 0059)."""
+    return not offset and limit is None and after is None and ids is None and names is None
+
+
 async def domain_list_token(conn: AsyncConnection) -> str | None:
     """The token the triggers of migration 0059 replace on every change to the domains or their racks'
     membership; None where its row was deleted by hand (the next change makes it again)."""
@@ -544,7 +557,7 @@ async def list_domains(
             (null() if limit is None else domain.created_at).label("created_at"),
         ),
     )
-    whole = not where and after is None and not offset and limit is None
+    whole = asks_every_domain(offset=offset, limit=limit, after=after, ids=ids, names=names)
     by_domain = await _racks_by_domain(
         conn,
         None if whole else [uuid.UUID(row.id) for row in rows],
