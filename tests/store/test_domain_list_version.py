@@ -6,6 +6,7 @@ it."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -134,13 +135,14 @@ async def test_a_token_deleted_by_hand_keeps_nothing_until_a_change_makes_it_aga
 
 @pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 async def test_many_racks_made_in_one_transaction_replace_the_token_once(db: Database) -> None:
-    """A statement's trigger runs once a statement, and a list of racks written as many rows (psycopg's
-    executemany, as tests and scripts load a fleet) is a statement a rack. Each replaced the one row again
-    in the same transaction, whose versions PostgreSQL then follows from the first on every update: 20,000
-    racks took 28 s to write where they took 6. The token is replaced once a transaction."""
+    """The trigger runs once a rack, and a list of racks written as many rows (psycopg's executemany, as
+    tests and scripts load a fleet) was a statement a rack when it ran once a statement. Each replaced the
+    one row again in the same transaction, whose versions PostgreSQL then follows from the first on every
+    update: 20,000 racks took 28 s to write where they took 6. The token is replaced once a transaction."""
     rows = [{"id": uuid.uuid4(), "name": f"bulk-{i}", "created_at": START} for i in range(300)]
     async with db.transaction() as conn:
         await conn.execute(insert(racks), rows)
+        await conn.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))  # the commit's triggers, fired now
         written = await conn.execute(
             text(
                 "SELECT n_tup_ins + n_tup_upd FROM pg_stat_xact_user_tables"
@@ -149,3 +151,37 @@ async def test_many_racks_made_in_one_transaction_replace_the_token_once(db: Dat
         )
         assert written.scalar_one() == 1
     assert await _token(db) is not None
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+async def test_a_domain_made_beside_a_rack_deleted_neither_waits_for_the_other_s_token(db: Database) -> None:
+    """A transaction that made a domain and then puts a rack in it, beside one that locked that rack and then
+    deletes it. Were the token replaced by the first statement that changed the list, the first would hold
+    its row while waiting for the rack, and the second hold the rack while waiting for the row: a deadlock,
+    which PostgreSQL ends by failing one. The token is replaced at commit, the last lock either takes."""
+    env = make_env(db)
+    rack = await env.rack("contested")
+    async with db.engine.connect() as making, db.engine.connect() as deleting:
+        await making.begin()
+        await deleting.begin()
+        await making.execute(
+            text("INSERT INTO nvl_domains VALUES (:id, 'd-new', now())"), {"id": uuid.uuid4()}
+        )
+        await deleting.execute(text("SELECT 1 FROM racks WHERE id = :id FOR UPDATE"), {"id": rack.id})
+        joined = asyncio.create_task(
+            making.execute(
+                text(
+                    "UPDATE racks SET nvl_domain_id = (SELECT id FROM nvl_domains WHERE name = 'd-new')"
+                    " WHERE id = :id"
+                ),
+                {"id": rack.id},
+            )
+        )
+        await asyncio.sleep(0.2)  # the update waits for the rack's lock
+        await asyncio.wait_for(
+            deleting.execute(text("DELETE FROM racks WHERE id = :id"), {"id": rack.id}), 10
+        )
+        await deleting.commit()
+        assert (await asyncio.wait_for(joined, 10)).rowcount == 0  # the rack was gone when its lock came
+        await making.commit()
+    assert [d.name for d in (await _read_afresh(db))[0]] == ["d-new"]

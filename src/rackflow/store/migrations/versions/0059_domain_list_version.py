@@ -13,11 +13,16 @@ It is random, not a counter, so a database restored from a backup, or another da
 URL, never gives a server a token that names a list it kept from before. One row (id 1), written by
 upsert, so a row deleted by hand is made again by the next change.
 
-- PostgreSQL: one function, run once per statement after an INSERT, DELETE or TRUNCATE of `nvl_domains`
-  or `racks`, an UPDATE of any column of `nvl_domains` or of `racks.nvl_domain_id`, which replaces the
-  token once a transaction: racks written as many statements (executemany) replaced it once each, and
-  PostgreSQL follows a row's versions of one transaction from the first on every update (20,000 racks
-  written in 28 s where they took 6; a token new to the transaction is new to every reader already).
+- PostgreSQL: one function, which replaces the token once a transaction, fired at its commit by a
+  constraint trigger (DEFERRABLE INITIALLY DEFERRED, once a row) on each INSERT and DELETE of
+  `nvl_domains` or `racks`, each UPDATE of `nvl_domains` and each of `racks.nvl_domain_id`, and at once by
+  a trigger on TRUNCATE of either. At commit, because the row's lock is then the last the transaction
+  takes: replaced by the first statement that changed the list, a transaction that made a domain then
+  held the row while it waited for a rack to put in it, beside a DeleteRack that held the rack while it
+  waited for the row (a deadlock), and every writer of racks or domains waited for the row until the
+  one before it committed. Once a transaction: racks written as many statements (executemany) replaced
+  it once each, and PostgreSQL follows a row's versions of one transaction from the first on every update
+  (20,000 racks written in 28 s where they took 6). A token new at the commit is new to every reader.
 - SQLite: triggers run once per row (it has no statement triggers): the same changes but TRUNCATE, which
   it lacks.
 
@@ -43,6 +48,7 @@ depends_on = None
 
 TABLE = "domain_list_version"
 TRIGGER = "domain_list_changed"  # PostgreSQL's function, and each table's trigger (SQLite: with a suffix)
+TRUNCATED = "domain_list_truncated"  # PostgreSQL: TRUNCATE, which a constraint trigger cannot be fired by
 # What changes the list, by table (PostgreSQL adds TRUNCATE).
 EVENTS = {
     "nvl_domains": ["INSERT", "UPDATE", "DELETE"],
@@ -66,9 +72,8 @@ def upgrade() -> None:
     )
     op.execute(replace)
     if dialect == "postgresql":
-        # Once a transaction, which a setting local to it remembers (a savepoint rolled back forgets it
-        # with the token it replaced). Not the row's xmin: a frozen row's is an old id that comes round
-        # again.
+        # Once a transaction, which a setting local to it remembers. Not the row's xmin: a frozen row's is
+        # an old id that comes round again.
         op.execute(
             f"CREATE FUNCTION {TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
             f" IF current_setting('{REPLACED}', true) IS DISTINCT FROM 'yes' THEN"
@@ -76,9 +81,12 @@ def upgrade() -> None:
             " RETURN NULL; END $$"
         )
         for table, events in EVENTS.items():
-            fired_by = " OR ".join([*events, "TRUNCATE"])
             op.execute(
-                f"CREATE TRIGGER {TRIGGER} AFTER {fired_by} ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {TRIGGER}()"
+                f"CREATE CONSTRAINT TRIGGER {TRIGGER} AFTER {' OR '.join(events)} ON {table}"
+                f" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {TRIGGER}()"
+            )
+            op.execute(
+                f"CREATE TRIGGER {TRUNCATED} AFTER TRUNCATE ON {table} FOR EACH STATEMENT EXECUTE FUNCTION {TRIGGER}()"
             )
         return
     for table, events in EVENTS.items():
@@ -92,6 +100,7 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         for table in EVENTS:
             op.execute(f"DROP TRIGGER {TRIGGER} ON {table}")
+            op.execute(f"DROP TRIGGER {TRUNCATED} ON {table}")
         op.execute(f"DROP FUNCTION {TRIGGER}()")
     else:
         for table, events in EVENTS.items():
