@@ -2,7 +2,8 @@
 both databases: every change to the domains or their racks' membership replaces the token, whoever makes
 it; a change to anything else keeps it; a server answers the whole list from what it kept while the token
 is the one it read, and reads it again, exactly as it is, once another server or an operator's SQL changed
-it."""
+it. On PostgreSQL the token is replaced once a transaction, at its commit: racks written as many statements
+write its row once, and a writer waiting for a rack another holds does not hold the row meanwhile."""
 
 from __future__ import annotations
 
