@@ -221,13 +221,18 @@ async def stored_rows(db: Database) -> dict[str, Any]:
     return found
 
 
+# The rows a migration writes into a table it creates, which triggers keep from then on: the domain list's
+# token (0059).
+MIGRATIONS_ROWS = {"domain_list_version": 1}
+
+
 async def write_back_rows(db: Database, found: dict[str, Any]) -> None:
     """Write the rows `stored_rows` read into the same (empty) tables, references first (metadata's order).
-    The domain list's token is left out: migration 0059's triggers make one anew as the domains and racks
-    are written (a migrated SQLite copy already holds one)."""
+    The rows a migration wrote (`MIGRATIONS_ROWS`) are left out: a migrated copy already holds them, and
+    their triggers write them anew as the rows they follow are written."""
     async with db.transaction() as conn:
         for name, rows in found.items():
-            if name == "domain_list_version":
+            if name in MIGRATIONS_ROWS:
                 continue
             if db.is_postgres:
                 raw = (await conn.get_raw_connection()).driver_connection
@@ -261,10 +266,6 @@ async def downgrade(db: Database, revision: str) -> None:
 
     async with db.engine.begin() as conn:
         await conn.run_sync(run)
-
-
-# The rows a migration writes into a table it creates: the domain list's token (0059).
-MIGRATIONS_ROWS = {"domain_list_version": 1}
 
 
 def upgraded_counts(before: dict[str, int]) -> dict[str, int]:
