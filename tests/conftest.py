@@ -22,14 +22,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from alembic import command
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from rackflow.ids import new_id
 from rackflow.store.db import Database
 from rackflow.store.dialect import insert_rows
-from rackflow.store.migrate import _config, migrate
+from rackflow.store.migrate import migrate, run_scripts
 from rackflow.store.tables import metadata, task_schedule_run
 from tests.e2e.cluster import forget_connections, fresh_postgres_database, kept_connection
 
@@ -259,13 +258,8 @@ async def downgrade(db: Database, revision: str) -> None:
     """Take the database back down to `revision` (alembic's downgrade, in one transaction): a migration test
     checks that its downgrade leaves what the older release reads."""
 
-    def run(conn: Connection) -> None:
-        cfg = _config()
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, revision)
-
     async with db.engine.begin() as conn:
-        await conn.run_sync(run)
+        await conn.run_sync(run_scripts, revision, down=True)
 
 
 def upgraded_counts(before: dict[str, int]) -> dict[str, int]:

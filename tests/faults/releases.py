@@ -9,16 +9,14 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from alembic.script import ScriptDirectory
-
-from rackflow.store.migrate import MIGRATIONS_DIR, head_revision
+from rackflow.store.migrate import MIGRATIONS_DIR, head_revision, scripts
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def previous_revision() -> str:
     """The revision before head: the previous release's schema."""
-    down = ScriptDirectory(str(MIGRATIONS_DIR)).get_revision(head_revision()).down_revision
+    down = scripts().get_revision(head_revision()).down_revision
     assert isinstance(down, str)
     return down
 
@@ -26,8 +24,7 @@ def previous_revision() -> str:
 def release_at(revision: str, into: Path) -> Path:
     """The `src` tree of the release whose head was `revision`: the commit before the one that added the
     next migration. Returns the `src` directory, for PYTHONPATH."""
-    script = ScriptDirectory(str(MIGRATIONS_DIR))
-    (following,) = (s for s in script.walk_revisions() if s.down_revision == revision)
+    (following,) = (s for s in scripts().walk_revisions() if s.down_revision == revision)
     # Its path in the repository, wherever rackflow was imported from.
     newer = Path("src") / Path(following.path).relative_to(MIGRATIONS_DIR.parents[2])
 

@@ -9,16 +9,15 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
-from alembic.script import ScriptDirectory
 from sqlalchemy import insert, inspect
 
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate, scripts
 from rackflow.store.tables import racks, task_schedule, task_schedule_run, task_schedule_scope, tasks
 from tests.conftest import schedule_row, table_counts, task_row, upgraded_counts
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-PREVIOUS = ScriptDirectory.from_config(_config()).get_revision("0010").down_revision
+PREVIOUS = scripts().get_revision("0010").down_revision
 assert isinstance(PREVIOUS, str)
 
 

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
@@ -17,7 +16,7 @@ from rackflow.domain.windows import WindowPolicy
 from rackflow.store import schedules as store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate, run_scripts
 from rackflow.store.tables import (
     maintenance_window_racks,
     maintenance_windows,
@@ -96,9 +95,7 @@ async def test_window_rows_follow_their_rack_and_the_downgrade_drops_them(db_at_
         assert (window.name, window.racks, window.all_racks) == ("launch", (), False)
 
     def downgrade(sync: Connection) -> list[str]:
-        config = _config()
-        config.attributes["connection"] = sync
-        command.downgrade(config, "0010")
+        run_scripts(sync, "0010", down=True)
         return list(sync.dialect.get_table_names(sync))
 
     async with db.engine.begin() as conn:

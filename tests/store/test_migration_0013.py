@@ -10,14 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import IntegrityError
 
 from rackflow.domain.tasks import TaskStatus
 from rackflow.store import budgets as budget_store
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate, run_scripts
 from rackflow.store.tables import operation_budgets, racks, tasks
 from rackflow.store.tasks import get_task
 from tests.conftest import database_at
@@ -77,9 +76,7 @@ async def test_the_checks_hold_and_the_downgrade_drops_the_table(db_at_0012: Dat
                 await conn.execute(insert(operation_budgets).values(**bad))
 
     def downgrade(sync: Connection) -> list[str]:
-        config = _config()
-        config.attributes["connection"] = sync
-        command.downgrade(config, "0012")
+        run_scripts(sync, "0012", down=True)
         return list(sync.dialect.get_table_names(sync))
 
     async with db.engine.begin() as conn:

@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from alembic import command
 from sqlalchemy import Connection, insert, select
 
 from rackflow.domain.notifications import Event, EventType, Severity
 from rackflow.store import outbox
 from rackflow.store.db import Database
-from rackflow.store.migrate import _config, current_revision, head_revision, migrate
+from rackflow.store.migrate import current_revision, head_revision, migrate, run_scripts
 from rackflow.store.tables import notification_channel, notification_event
 
 pytestmark = pytest.mark.asyncio
@@ -63,9 +62,7 @@ async def test_old_rows_read_back_and_keys_are_written_once(db_at_0016: Database
     assert sum([n async for n in outbox.prune_delivered(db, timedelta(days=7))]) == 1  # the unkeyed one
 
     def downgrade(sync: Connection) -> None:
-        config = _config()
-        config.attributes["connection"] = sync
-        command.downgrade(config, "0016")
+        run_scripts(sync, "0016", down=True)
 
     async with db.engine.begin() as conn:
         await conn.run_sync(downgrade)
