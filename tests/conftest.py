@@ -24,6 +24,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from rackflow.ids import new_id
 from rackflow.store.db import Database
@@ -99,11 +100,28 @@ async def _migrate(url: str) -> None:
 EMPTY_EVERY_TABLE = "; ".join(f'DELETE FROM "{t.name}"' for t in reversed(metadata.sorted_tables))
 
 
+@pytest.fixture(scope="session")
+def sqlite_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where `db_url` puts each test's SQLite database on this worker: one path, so that its URL, like the
+    PostgreSQL one, is the same from test to test and `db` keeps one engine for it."""
+    return tmp_path_factory.mktemp("sqlite-db")
+
+
+def fresh_sqlite_copy(template: Path, directory: Path) -> str:
+    """`sqlite_copy` over whatever the last test left there: its files unlinked first, so that a connection
+    it leaked (never the kept engine's, disposed at its end) holds the old file, not the new copy."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        (directory / f"rackflow.db{suffix}").unlink(missing_ok=True)
+    return sqlite_copy(template, directory)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A clean migrated database URL, once per backend."""
+def db_url(request: pytest.FixtureRequest) -> str:
+    """A clean migrated database URL, once per backend; the same URL for every test of a worker."""
     if request.param == "sqlite":
-        return sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path)
+        return fresh_sqlite_copy(
+            request.getfixturevalue("sqlite_template"), request.getfixturevalue("sqlite_home")
+        )
     url: str = request.getfixturevalue("postgres_url")
     conn = kept_connection(url)
     with conn.transaction():
@@ -138,9 +156,18 @@ async def sqlite_threads_ended(threads: set[threading.Thread]) -> None:
     raise AssertionError(f"aiosqlite threads still running after 5 s: {threads}")
 
 
+# The engine `db` gives each test of a worker on the same URL (`db_url`'s): SQLAlchemy keeps its compiled
+# statements, and the dialect what it asked the server at the first connection, in the engine, so a new
+# engine a test compiled every statement again (a quarter of a store test's CPU on PostgreSQL). A test's
+# connections belong to its event loop: `Database.dispose` closes them at its end and leaves the engine,
+# and a test that listens to the engine's events stops listening before it ends.
+_KEPT_ENGINES: dict[str, AsyncEngine] = {}
+
+
 @pytest.fixture
 async def db(db_url: str) -> AsyncIterator[Database]:
     database = Database(db_url)
+    database.engine = _KEPT_ENGINES.setdefault(db_url, database.engine)
     yield database
     await database.dispose()
 

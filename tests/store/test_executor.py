@@ -580,9 +580,13 @@ async def test_many_tasks_share_a_few_transactions_and_connections(db: Database)
     def committed(*_: Any) -> None:
         commits[0] += 1
 
-    event.listen(db.engine.sync_engine.pool, "checkout", checked_out)
-    event.listen(db.engine.sync_engine.pool, "checkin", checked_in)
-    event.listen(db.engine.sync_engine, "commit", committed)
+    listeners = [
+        (db.engine.sync_engine.pool, "checkout", checked_out),
+        (db.engine.sync_engine.pool, "checkin", checked_in),
+        (db.engine.sync_engine, "commit", committed),
+    ]
+    for target, name, listener in listeners:
+        event.listen(target, name, listener)
     watcher = Database(db.url)  # the test's own reads must not count
     try:
         async with executing(db, manager=manager, poll_interval=1.0):
@@ -590,6 +594,8 @@ async def test_many_tasks_share_a_few_transactions_and_connections(db: Database)
                 assert (await finished(watcher, task)).status is TaskStatus.COMPLETED
     finally:
         await watcher.dispose()
+        for target, name, listener in listeners:  # the engine is the next test's too (tests/conftest.py)
+            event.remove(target, name, listener)
     # Before the journal, each task took about five transactions and a connection of its own.
     assert peak[0] <= 3
     assert commits[0] < len(made) / 2
