@@ -238,6 +238,11 @@ tasks = Table(
     postgresql_with=TASK_STORAGE,
 )
 
+# A schedule has an approval policy: its column holds one, neither SQL's NULL nor JSON's null (how a policy
+# removed, or never set, is stored). The predicate of `ix_task_schedule_approval_name` and the filter that
+# reads it, spelled once.
+HAS_APPROVAL_POLICY = "approval IS NOT NULL AND CAST(approval AS TEXT) <> 'null'"
+
 task_schedule = Table(
     "task_schedule",
     metadata,
@@ -341,6 +346,16 @@ task_schedule = Table(
         "id",
         postgresql_where=text("pause_after_failed_runs > 0 AND enabled IS true"),
         sqlite_where=text("pause_after_failed_runs > 0 AND enabled IS 1"),
+    ),
+    # The schedules with an approval policy, by name, which a server given tokens looks at before it
+    # listens (`store.schedules.approval_set_ups`): it read every schedule, a policy removed or never set
+    # being JSON's null, which `IS NOT NULL` keeps (344-386 ms at each start over a million; migration
+    # 0060). Spelled as that look's filter renders (`HAS_APPROVAL_POLICY`).
+    Index(
+        "ix_task_schedule_approval_name",
+        "name",
+        postgresql_where=text(HAS_APPROVAL_POLICY),
+        sqlite_where=text(HAS_APPROVAL_POLICY),
     ),
 )
 
