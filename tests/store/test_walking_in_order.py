@@ -27,6 +27,23 @@ async def test_a_walk_turns_bitmaps_and_sorts_off_for_its_block_only(postgres_ur
     assert tuple(after) == ("on", "on")
 
 
+@pytest.mark.postgres
+async def test_a_walk_sets_each_setting_back_to_its_value_before_it(postgres_url: str) -> None:
+    """Back to what the transaction had, not to the server's or the role's defaults (`pg_settings`'
+    reset values, which the walk read until it kept the values it found)."""
+    db = Database(postgres_url)
+    try:
+        async with db.transaction() as conn:
+            await conn.execute(text("SET LOCAL enable_bitmapscan = off"))
+            async with walking_in_order(conn):
+                within = (await conn.execute(SETTINGS)).one()
+            after = (await conn.execute(SETTINGS)).one()
+    finally:
+        await db.dispose()
+    assert tuple(within) == ("off", "off")
+    assert tuple(after) == ("off", "on")
+
+
 async def test_a_statement_that_fails_in_a_walk_keeps_its_own_error(db_url: str) -> None:
     # Setting the planner back after a failed statement was a second statement in an aborted transaction
     # ("current transaction is aborted"), which replaced the error the callers tell outages and lock

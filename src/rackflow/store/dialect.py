@@ -287,15 +287,21 @@ def for_update(dialect: str, stmt: _S, *, nowait: bool = False, keys_kept: bool 
 
 
 # The planner settings that leave PostgreSQL one way to take the first rows of an ORDER BY ... LIMIT, an
-# index read in its order and stopped early (`walking_in_order`), and their values while it walks.
+# index read in its order and stopped early (`walking_in_order`). The walk turns them off and answers
+# their values before it (read in a subquery that `OFFSET 0` keeps apart, so they are read first); the
+# values are set back after it, by name. Setting them back from `pg_settings`' reset values built that
+# view's every row at each claim: 0.5 ms of PostgreSQL's time a claim, against 0.01.
 _WALK_SETTINGS = ("enable_bitmapscan", "enable_sort")
-_WALK_OFF = select(*(func.set_config(name, "off", True) for name in _WALK_SETTINGS))
-# Back to the session's own values (its connection's, or the server's), which rackflow never changes.
-_WALK_RESET = text(
-    "SELECT set_config(name, reset_val, true) FROM pg_settings WHERE name IN ("
-    + ", ".join(f"'{name}'" for name in _WALK_SETTINGS)
-    + ")"
+_BEFORE_WALK = (
+    select(*(func.current_setting(name).label(name) for name in _WALK_SETTINGS))
+    .offset(literal_column("0"))
+    .subquery("before_walk")
 )
+_WALK_OFF = select(
+    *(_BEFORE_WALK.c[name] for name in _WALK_SETTINGS),
+    *(func.set_config(name, "off", True) for name in _WALK_SETTINGS),
+)
+_WALK_BACK = select(*(func.set_config(name, bindparam(name, type_=Text), True) for name in _WALK_SETTINGS))
 
 
 @asynccontextmanager
@@ -315,11 +321,11 @@ async def walking_in_order(conn: AsyncConnection) -> AsyncIterator[None]:
     if conn.dialect.name != POSTGRESQL:
         yield
         return
-    await conn.execute(_WALK_OFF)
+    before = (await conn.execute(_WALK_OFF)).one()
     yield
     # Set back only after the block succeeded: a statement that failed aborted the transaction, which
     # discards the settings as it rolls back, and a statement sent now would fail too and hide its error.
-    await conn.execute(_WALK_RESET)
+    await conn.execute(_WALK_BACK, {name: before._mapping[name] for name in _WALK_SETTINGS})
 
 
 def keys_shared(dialect: str, stmt: _S) -> _S:
