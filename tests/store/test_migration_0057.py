@@ -74,9 +74,11 @@ async def _progress_rewrite_moves(db: Database, task_id: uuid.UUID) -> bool:
 
 
 async def _fillfactor(db: Database) -> str | None:
+    """The table's fillfactor setting (`fillfactor=N`), of its storage parameters (0061 adds others)."""
     async with db.read() as conn:
         stmt = text("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'tasks'")
-        return (await conn.execute(stmt)).scalar_one()  # type: ignore[no-any-return]
+        options: str = (await conn.execute(stmt)).scalar_one()
+    return next((o for o in options.split(",") if o.startswith("fillfactor=")), None)
 
 
 async def test_a_wide_task_s_progress_rewrite_stays_on_its_page_and_back_down(db_at_0056: Database) -> None:

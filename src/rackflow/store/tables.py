@@ -49,7 +49,17 @@ HISTORY_STORAGE = {"fillfactor": 90}
 # another page and wrote an entry in every index of `tasks`: 2.5 KB of WAL a step, 101 KB a task. Pages
 # filled to 70 % keep room for a version of such a row: 18 KB a task (docs/CAPACITY.md, "Racks of 36
 # components"; migration 0057; PostgreSQL only). Inserts still append to the newest pages, as above.
-TASK_STORAGE = {"fillfactor": 70}
+#
+# And vacuumed often, its indexes cleaned every time: the executor's claim walks the live tasks in the
+# queue's order and reads the pages of every task ended since the last VACUUM, which alone empties them
+# (10-13 ms a claim after 541,483 dead rows at full size, 0.48 ms after a VACUUM of 1.31 s); autovacuum's
+# defaults wait for a fifth of the table and may then leave the indexes alone (migration 0061).
+TASK_STORAGE = {
+    "fillfactor": 70,
+    "vacuum_index_cleanup": "on",
+    "autovacuum_vacuum_scale_factor": 0.01,
+    "autovacuum_vacuum_threshold": 10000,
+}
 # A scope row is rewritten by every firing (its `last_task_id`) by a HOT update, which needs room on the
 # row's own page: a tenth of each page is kept for it (migration 0034; PostgreSQL only).
 SCOPE_STORAGE = {"fillfactor": 90}
