@@ -1,10 +1,10 @@
-"""The look a server given tokens takes before it listens, at every schedule with an approval policy
-(`store.schedules.approval_set_ups`), reads those schedules alone, from their own index (migration 0060),
-on both databases. A policy never set, or removed, is stored as JSON's null, which SQL's `IS NOT NULL`
-keeps: the look read every schedule in name order, 120,791 buffers and 344-386 ms of PostgreSQL's time at
-each start over a million schedules (docs/PERFORMANCE.md). The fleet is written once, into a database of
-its own: its statistics (PostgreSQL's, of 2,003 schedules without a next run) would otherwise stay with the
-worker's shared database and move the plans of the tests after it."""
+"""The look a server that can count its approvers takes before it listens, at every schedule with an
+approval policy (`store.schedules.approval_set_ups`), reads those schedules alone, from their own index
+(migration 0060), on both databases. A policy never set, or removed, is stored as JSON's null, which
+SQL's `IS NOT NULL` keeps: the look read every schedule in name order, 120,791 buffers and 344-386 ms of
+PostgreSQL's time at each start over a million schedules (docs/PERFORMANCE.md). The fleet is written
+once, into a database of its own: its statistics (PostgreSQL's, of 2,003 schedules without a next run)
+would otherwise stay with the worker's shared database and move the plans of the tests after it."""
 
 from __future__ import annotations
 

@@ -357,10 +357,10 @@ task_schedule = Table(
         postgresql_where=text("pause_after_failed_runs > 0 AND enabled IS true"),
         sqlite_where=text("pause_after_failed_runs > 0 AND enabled IS 1"),
     ),
-    # The schedules with an approval policy, by name, which a server given tokens looks at before it
-    # listens (`store.schedules.approval_set_ups`): it read every schedule, a policy removed or never set
-    # being JSON's null, which `IS NOT NULL` keeps (344-386 ms at each start over a million; migration
-    # 0060). Spelled as that look's filter renders (`HAS_APPROVAL_POLICY`).
+    # The schedules with an approval policy, by name, which a server that can count its approvers looks at
+    # before it listens (`store.schedules.approval_set_ups`): it read every schedule, a policy removed or
+    # never set being JSON's null, which `IS NOT NULL` keeps (344-386 ms at each start over a million;
+    # migration 0060). Spelled as that look's filter renders (`HAS_APPROVAL_POLICY`).
     Index(
         "ix_task_schedule_approval_name",
         "name",

@@ -14,7 +14,7 @@ vacuumed once 10,000 rows and one per cent of it are dead (116,000 at ten millio
 
 `ALTER TABLE … SET (…)` takes a SHARE UPDATE EXCLUSIVE lock, which reads and writes do not wait for, and
 rewrites nothing (the runner's 0.5 s lock wait applies, behind a running VACUUM of the table). An operator
-may set other values (`ALTER TABLE tasks SET (…)`); a later migration does not reset them. SQLite has no
+may set other values (`ALTER TABLE tasks SET (…)`); no other migration sets them. SQLite has no
 such settings. A release before it, still serving during a rolling upgrade, is unaffected.
 
 Revision ID: 0061
