@@ -13,35 +13,32 @@ from rackflow.store.dialect import walking_in_order
 SETTINGS = text("SELECT current_setting('enable_bitmapscan'), current_setting('enable_sort')")
 
 
-@pytest.mark.postgres
-async def test_a_walk_turns_bitmaps_and_sorts_off_for_its_block_only(postgres_url: str) -> None:
-    db = Database(postgres_url)
+async def _settings_within_and_after_a_walk(url: str, *set_first: str) -> tuple[tuple[str, ...], ...]:
+    """The two settings within a walk and after it, in a transaction that first runs `set_first`."""
+    db = Database(url)
     try:
         async with db.transaction() as conn:
+            for statement in set_first:
+                await conn.execute(text(statement))
             async with walking_in_order(conn):
                 within = (await conn.execute(SETTINGS)).one()
             after = (await conn.execute(SETTINGS)).one()
     finally:
         await db.dispose()
-    assert tuple(within) == ("off", "off")
-    assert tuple(after) == ("on", "on")
+    return tuple(within), tuple(after)
+
+
+@pytest.mark.postgres
+async def test_a_walk_turns_bitmaps_and_sorts_off_for_its_block_only(postgres_url: str) -> None:
+    assert await _settings_within_and_after_a_walk(postgres_url) == (("off", "off"), ("on", "on"))
 
 
 @pytest.mark.postgres
 async def test_a_walk_sets_each_setting_back_to_its_value_before_it(postgres_url: str) -> None:
     """Back to what the transaction had, not to the server's or the role's defaults (`pg_settings`'
     reset values, which the walk read until it kept the values it found)."""
-    db = Database(postgres_url)
-    try:
-        async with db.transaction() as conn:
-            await conn.execute(text("SET LOCAL enable_bitmapscan = off"))
-            async with walking_in_order(conn):
-                within = (await conn.execute(SETTINGS)).one()
-            after = (await conn.execute(SETTINGS)).one()
-    finally:
-        await db.dispose()
-    assert tuple(within) == ("off", "off")
-    assert tuple(after) == ("off", "on")
+    found = await _settings_within_and_after_a_walk(postgres_url, "SET LOCAL enable_bitmapscan = off")
+    assert found == (("off", "off"), ("off", "on"))
 
 
 async def test_a_statement_that_fails_in_a_walk_keeps_its_own_error(db_url: str) -> None:
