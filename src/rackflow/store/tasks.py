@@ -48,7 +48,7 @@ from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store import kept_counts
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
-from rackflow.store.dialect import by_keys, in_keys, insert_rows, skip_locked
+from rackflow.store.dialect import POSTGRESQL, SQLITE, by_keys, in_keys, insert_rows, skip_locked
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, prune_older
@@ -617,7 +617,7 @@ async def lock_racks_with_waiting(
     9,852 buffers and 8 ms for ten racks with 9,670 tasks live, at each round of ended tasks, growing with
     the fleet's queue (docs/PERFORMANCE.md, "The promotion check's look at a rack's waiting tasks, and the
     start-up look at the approval policies")."""
-    has_waiting = _RACK_HAS_WAITING[db.is_postgres].label("has_waiting")
+    has_waiting = _RACK_HAS_WAITING[db.dialect].label("has_waiting")
     found: set[uuid.UUID] = set()
     for chunk in chunked(in_id_order(rack_ids)):
         stmt = select(racks.c.id, has_waiting).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
@@ -625,17 +625,17 @@ async def lock_racks_with_waiting(
     return found
 
 
-# Whether a rack (of the outer statement) has a waiting task, by PostgreSQL or not. PostgreSQL reads the
+# Whether a rack (of the outer statement) has a waiting task, by dialect. PostgreSQL reads the
 # rack's live tasks (the predicate of `ix_tasks_live_rack_id` repeated, so that it reads that index by the
 # rack) and tests their statuses above the scan: a status in the scan's condition would also match the
 # index of every live task in the queue's order, which PostgreSQL read whole for each rack when its
 # statistics said few tasks were live, and an EXISTS it may hash over every waiting task of the fleet;
 # an aggregate it does neither with. SQLite reads the rack's index by status, for each rack.
 _RACK_HAS_WAITING = {
-    True: select(func.coalesce(func.bool_or(status_in(tasks.c.status, TaskStatus.WAITING)), false()))
+    POSTGRESQL: select(func.coalesce(func.bool_or(status_in(tasks.c.status, TaskStatus.WAITING)), false()))
     .where(tasks.c.rack_id == racks.c.id, is_live_on_rack(tasks))
     .scalar_subquery(),
-    False: select(tasks.c.id)
+    SQLITE: select(tasks.c.id)
     .where(tasks.c.rack_id == racks.c.id, status_in(tasks.c.status, TaskStatus.WAITING))
     .exists(),
 }
