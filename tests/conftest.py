@@ -31,6 +31,7 @@ from rackflow.store.db import Database
 from rackflow.store.dialect import insert_rows
 from rackflow.store.migrate import migrate, run_scripts
 from rackflow.store.tables import metadata, task_schedule_run
+from tests.built_once import built_once, drop_the_runs_databases, name_the_run
 from tests.e2e.cluster import forget_connections, fresh_postgres_database, kept_connection
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -38,6 +39,15 @@ DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
 def postgres_admin_url() -> str:
     return os.environ.get("RACKFLOW_TEST_POSTGRES_URL", DEFAULT_PG)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    name_the_run()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, its workers ended (or a run without workers)
+        drop_the_runs_databases(postgres_admin_url())
 
 
 def _pg_unreachable(reason: str) -> None:
@@ -180,15 +190,18 @@ def migrate_with_cli(url: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_template(postgres_url: str) -> Iterator[str]:
-    """The name of a PostgreSQL database migrated once per session by `rackflow db migrate`, as an operator
+def pg_template(postgres_url: str) -> str:
+    """The name of a PostgreSQL database migrated once per run by `rackflow db migrate`, as an operator
     would, and never connected to afterwards: `pg_db` copies it, where migrating each test's database
-    anew took a process and two seconds of CPU."""
-    with fresh_postgres_database(postgres_admin_url()) as url:
+    anew took a process and two seconds of CPU. One for every worker of the run (`built_once`)."""
+
+    def migrated(url: str) -> str:
         migrate_with_cli(url)
         name = make_url(url).database
         assert name is not None
-        yield name
+        return name
+
+    return built_once(postgres_admin_url(), None, "template", migrated)
 
 
 @pytest.fixture

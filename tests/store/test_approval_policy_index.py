@@ -23,8 +23,8 @@ from rackflow.domain.approvals import ApprovalPolicy
 from rackflow.store import schedules as store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule
+from tests.built_once import built_once
 from tests.conftest import postgres_admin_url, schedule_row
-from tests.e2e.cluster import fresh_postgres_database
 from tests.store.query_plans import explain, statement_sent
 
 INDEX = "ix_task_schedule_approval_name"
@@ -77,9 +77,9 @@ def fleet_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         shutil.copy(template, path)
         yield _written(f"sqlite:///{path}")
         return
-    pg_template: str = request.getfixturevalue("pg_template")
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        yield _written(url)
+    yield built_once(
+        postgres_admin_url(), request.getfixturevalue("pg_template"), "approval_policies", _written
+    )
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -33,12 +33,11 @@ from rackflow.store import schedules as schedules_store
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.tables import components, racks, task_schedule, task_schedule_scope, tasks
+from tests.built_once import built_once
 from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import fresh_postgres_database
 from tests.store.query_plans import explain, statement_sent
 
-# One worker loads each fleet once, where spread over workers each would load its own.
-pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("batch-lookups")]
+pytestmark = pytest.mark.postgres
 
 BATCH = DISPATCH_BATCH_CAP  # the largest dispatch batch
 FLEET = 10 * BATCH  # racks, each with one component and one schedule over it
@@ -144,12 +143,18 @@ def _load(url: str, *, analyze_after: bool) -> Fleet:
 
 
 @pytest.fixture(scope="module", params=["with_statistics", "analyzed_empty"])
-def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
+def fleet(request: pytest.FixtureRequest) -> Fleet:
     """The fleet in a database of its own, analyzed after it was loaded (PostgreSQL prefers a hashed scan
-    of the fleet to a batch of probes) or before (no statistics, as at a fleet's first drain)."""
+    of the fleet to a batch of probes) or before (no statistics, as at a fleet's first drain); loaded once
+    for every worker of the run (the tests only read it)."""
     template: str = request.getfixturevalue("pg_template")  # fails under CI, skips elsewhere, unreachable
-    with fresh_postgres_database(postgres_admin_url(), template=template) as url:
-        yield _load(url, analyze_after=request.param == "with_statistics")
+    analyze_after = request.param == "with_statistics"
+    return built_once(
+        postgres_admin_url(),
+        template,
+        f"batch_lookups_{request.param}",
+        lambda url: _load(url, analyze_after=analyze_after),
+    )
 
 
 Send = Callable[[Database, AsyncConnection, Fleet], Awaitable[object]]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,8 +28,9 @@ from rackflow.store import inventory, paging
 from rackflow.store.db import Database
 from rackflow.store.paging import Listed
 from rackflow.store.tables import nvl_domains, racks
+from tests.built_once import built_once
 from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import fresh_postgres_database, sql
+from tests.e2e.cluster import sql
 from tests.store.query_plans import explain, plan_with_one_index, statements_sent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("rack-search-plans")]
@@ -91,13 +92,16 @@ async def _write(url: str) -> None:
     sql(url, "VACUUM ANALYZE nvl_domains")
 
 
+def _written(url: str) -> str:
+    asyncio.run(_write(url))
+    return url
+
+
 @pytest.fixture(scope="module")
-def racks_url(pg_template: str) -> Iterator[str]:
-    """A migrated database of its own holding the racks and domains, for all of the module's tests (they
-    only read)."""
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        asyncio.run(_write(url))
-        yield url
+def racks_url(pg_template: str) -> str:
+    """A migrated database of its own holding the racks and domains, written once for every worker of the
+    run: the module's tests only read."""
+    return built_once(postgres_admin_url(), pg_template, "rack_search_plans", _written)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -28,8 +28,9 @@ from rackflow.store.db import Database
 from rackflow.store.dialect import name_holds
 from rackflow.store.paging import Listed
 from rackflow.store.tables import task_schedule
+from tests.built_once import built_once
 from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import fresh_postgres_database, sql
+from tests.e2e.cluster import sql
 from tests.store.query_plans import explain, plan_with_one_index, statement_sent, statements_sent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("schedule-search-plans")]
@@ -77,13 +78,16 @@ async def _write(url: str) -> None:
     sql(url, "VACUUM ANALYZE task_schedule")
 
 
+def _written(url: str) -> str:
+    asyncio.run(_write(url))
+    return url
+
+
 @pytest.fixture(scope="module")
-def schedules_url(pg_template: str) -> Iterator[str]:
-    """A migrated database of its own holding the schedules, for all of the module's tests (they only
-    read)."""
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        asyncio.run(_write(url))
-        yield url
+def schedules_url(pg_template: str) -> str:
+    """A migrated database of its own holding the schedules, written once for every worker of the run: the
+    module's tests only read."""
+    return built_once(postgres_admin_url(), pg_template, "schedule_search_plans", _written)
 
 
 @pytest.fixture

@@ -35,12 +35,9 @@ from rackflow.store import task_runs
 from rackflow.store import tasks as tasks_store
 from rackflow.store.db import Database
 from rackflow.store.tables import instances, racks, task_schedule, task_schedule_scope, tasks
+from tests.built_once import built_once
 from tests.conftest import postgres_admin_url
-from tests.e2e.cluster import fresh_postgres_database
 from tests.store.query_plans import explain, explain_generic, explain_walked, statement_sent
-
-# One worker builds each module-scoped history once, where spread over workers each would build its own.
-pytestmark = pytest.mark.xdist_group("task-indexes")
 
 ACTIVE_INDEX = "ix_tasks_active"
 # PostgreSQL's live tasks in the queue's order: a claim walks them from the oldest and stops once it has its
@@ -163,7 +160,7 @@ async def _add_history(db: Database, *, statistics: Statistics, backlog: int = 0
     return HistoryRows(db.url, live, rack_ids[:5], rack_ids, [t["id"] for t in running], scopes[:10])
 
 
-def _history_database(url: str, *, statistics: Statistics, backlog: int = 0) -> HistoryRows:
+def _history_database(url: str, statistics: Statistics, *, backlog: int = 0) -> HistoryRows:
     """Write the history once into the database at `url` (its own), for all of a module's tests: they only
     EXPLAIN, and `statement_sent` rolls back what it sends. Written anew for each test, the 20,000 tasks
     took 6-9 s of a loaded machine a time, 19 times."""
@@ -181,6 +178,11 @@ def _history_database(url: str, *, statistics: Statistics, backlog: int = 0) -> 
     return asyncio.run(write())
 
 
+def _built_once(pg_template: str, key: str, build: Callable[[str], HistoryRows]) -> HistoryRows:
+    """A history on PostgreSQL, written once for every worker of the run (the tests only read it)."""
+    return built_once(postgres_admin_url(), pg_template, f"task_indexes_{key}", build)
+
+
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def history_rows(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -191,27 +193,25 @@ def history_rows(
         template: Path = request.getfixturevalue("sqlite_template")
         path = tmp_path_factory.mktemp("task-indexes") / "rackflow.db"
         shutil.copy(template, path)
-        yield _history_database(f"sqlite:///{path}", statistics="fresh")
+        yield _history_database(f"sqlite:///{path}", "fresh")
         return
-    template_name: str = request.getfixturevalue("pg_template")
-    with fresh_postgres_database(postgres_admin_url(), template=template_name) as url:
-        yield _history_database(url, statistics="fresh")
+    yield _built_once(
+        request.getfixturevalue("pg_template"), "fresh", lambda url: _history_database(url, "fresh")
+    )
 
 
 @pytest.fixture(scope="module")
-def pg_history_rows_analyzed_empty(pg_template: str) -> Iterator[HistoryRows]:
+def pg_history_rows_analyzed_empty(pg_template: str) -> HistoryRows:
     """The history on PostgreSQL, written into a database of its own after its empty tables were analyzed:
     no statistics at all, as at a fleet's first drain before autovacuum has looked at the tables it fills."""
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        yield _history_database(url, statistics="empty")
+    return _built_once(pg_template, "empty", lambda url: _history_database(url, "empty"))
 
 
 @pytest.fixture(scope="module")
-def pg_history_rows_analyzed_ended(pg_template: str) -> Iterator[HistoryRows]:
+def pg_history_rows_analyzed_ended(pg_template: str) -> HistoryRows:
     """The history on PostgreSQL, analyzed while every task had ended, then the live ones added: as a fleet
     whose tasks autovacuum last looked at while it was quiet, then a drain."""
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        yield _history_database(url, statistics="ended")
+    return _built_once(pg_template, "ended", lambda url: _history_database(url, "ended"))
 
 
 @asynccontextmanager
@@ -381,13 +381,12 @@ async def test_the_promotion_check_looks_up_each_rack_with_the_statistics_of_a_q
 
 
 @pytest.fixture(scope="module")
-def pg_backlog_rows(pg_template: str) -> Iterator[HistoryRows]:
+def pg_backlog_rows(pg_template: str) -> HistoryRows:
     """The history on PostgreSQL with a backlog of BACKLOG pending tasks, analyzed while every task had
     ended: a large table's statistics, which a burst moves too little for autovacuum to analyze again. (With
     statistics that know the backlog, or none, PostgreSQL may read the live tasks by status and sort them,
     costing them as few; at full size, with these statistics, it read all 9,264 for each claim.)"""
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        yield _history_database(url, statistics="ended", backlog=BACKLOG)
+    return _built_once(pg_template, "backlog", lambda url: _history_database(url, "ended", backlog=BACKLOG))
 
 
 @pytest.fixture
@@ -418,7 +417,7 @@ async def _end_a_burst_then_queue_another(db: Database, rows: HistoryRows) -> No
 
 
 @pytest.fixture(scope="module")
-def pg_between_vacuums_rows(pg_template: str) -> Iterator[HistoryRows]:
+def pg_between_vacuums_rows(pg_template: str) -> HistoryRows:
     """The history on PostgreSQL with a few tasks live, vacuumed and analyzed so, then a burst ended and
     another queued (`_end_a_burst_then_queue_another`): statistics that say a handful of tasks are live, and
     live tasks' indexes whose dead entries make them look large. With these, PostgreSQL planned the claim
@@ -437,8 +436,7 @@ def pg_between_vacuums_rows(pg_template: str) -> Iterator[HistoryRows]:
         finally:
             await db.dispose()
 
-    with fresh_postgres_database(postgres_admin_url(), template=pg_template) as url:
-        yield asyncio.run(write(url))
+    return _built_once(pg_template, "between_vacuums", lambda url: asyncio.run(write(url)))
 
 
 @pytest.mark.postgres
