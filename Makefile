@@ -52,11 +52,11 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
-# Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers. The xdist_group marks
-# are not honored under pytest 9.2 with pytest-xdist 3.8 (its issue #1386; CONTRIBUTING.md): held by a
-# hook, they made the suite slower, so every test runs beside any other.
+# Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers, each given a whole module
+# at a time (`--dist loadfile`), so a module's servers, browser pages and fleets are made once, not once per
+# worker (docs/PERFORMANCE.md, "The suite at the fortieth stop"); the multi-process modules go first.
 test: $(VENV)/.installed-test lint typecheck browser tools
-	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadgroup
+	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadfile
 
 # Debian's Chromium and ChromeDriver drive tests/browser; installed here when missing (apt-get, as root or
 # through sudo). Nothing downloads a browser at run time. Without them the browser tests skip locally and

@@ -1,12 +1,14 @@
 """What one test run builds once for all its xdist workers: PostgreSQL databases that tests only read.
 
-A module-scoped fixture is built by every worker that runs one of the module's tests, and xdist spreads a
-module's tests over every worker (the `xdist_group` marks are not honored: CONTRIBUTING.md). The plan tests'
-fleets (20,000 tasks, thousands of racks or schedules, then ANALYZE) were so built up to three times a run:
-111 worker-seconds of `test_task_indexes.py`'s fixtures alone on a machine that ran the suite in 17 minutes
-(docs/PERFORMANCE.md, "The suite's time"). `built_once` builds each in a database named after the run and
-the fixture, under a file lock, and gives the other workers what the build returned; the controller drops
-the run's databases as it ends (`drop_the_runs_databases`).
+A session-scoped fixture is built by every xdist worker, and a module-scoped one by every worker that runs
+one of the module's tests. Under `--dist loadgroup`, which spread a module's tests over every worker, the
+plan tests' fleets (20,000 tasks, thousands of racks or schedules, then ANALYZE) were built up to three
+times a run: 111 worker-seconds of `test_task_indexes.py`'s fixtures alone on a machine that ran the suite
+in 17 minutes (docs/PERFORMANCE.md, "The suite at the fortieth stop"). `make test` now keeps each module on
+one worker (`--dist loadfile`); what is built here is still built once a run whatever the distribution:
+the migrated template every worker copies, and the fleets. `built_once` builds each in a database named
+after the run and the fixture, under a file lock, and gives the other workers what the build returned; the
+controller drops the run's databases as it ends (`drop_the_runs_databases`).
 
 The run's name is made by the controller before it starts its workers, which inherit it (`RUN`).
 """

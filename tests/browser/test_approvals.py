@@ -23,7 +23,7 @@ from tests.browser.test_tokens import give_token
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.slow
 
 OPERATOR, EDITOR, APPROVER = "browser-op-51e0", "browser-editor-62f1", "browser-approver-7302"
 

@@ -33,7 +33,7 @@ from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 from tests.unit.test_cli_commands import stamp
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.slow
 
 INTERVAL, CRON = pb.SCHEDULE_SPEC_TYPE_INTERVAL, pb.SCHEDULE_SPEC_TYPE_CRON
 

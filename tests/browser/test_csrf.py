@@ -18,7 +18,7 @@ from tests.browser.page import by_testid, text, visible, wait
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.slow
 
 NAME = "csrf-target"
 

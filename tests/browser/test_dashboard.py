@@ -20,7 +20,7 @@ from tests.browser.page import by_testid, read, text, visible, wait
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
+pytestmark = pytest.mark.slow
 
 CRON, INTERVAL = pb.SCHEDULE_SPEC_TYPE_CRON, pb.SCHEDULE_SPEC_TYPE_INTERVAL
 

@@ -24,7 +24,7 @@ from tests.browser.test_dashboard import open_page
 from tests.browser.test_forms import chosen, field, offered
 from tests.e2e.cluster import ServerProcess, start_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.slow
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 # By name: a-zq, then SEARCH_WALK fillers (the first request's walk ends at the last but one), then zq-1.

@@ -19,7 +19,7 @@ from tests.browser.test_forms import add_rack, field, tick
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from tests.browser.test_dashboard import confirm, open_page
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from tests.browser.test_trigger_request_id import NO_STORAGE, unscript
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.slow
 
 VIEWER, OPERATOR = "browser-viewer-3c1f", "browser-operator-8d02"
 

@@ -24,7 +24,7 @@ from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]  # one worker: one server, one browser
+pytestmark = pytest.mark.slow
 
 # The page's next answer from an action whose URL ends with arguments[0] (":trigger") is lost after the
 # server sent it, as a dropped connection loses it: the call went through, the browser hears nothing.

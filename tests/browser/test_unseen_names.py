@@ -23,7 +23,7 @@ from tests.browser.test_dashboard import confirm, h1, open_page
 from tests.e2e.cluster import ServerProcess, start_server
 from tests.e2e.fleet import create_racks, schedule_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.slow
 
 RACK, SCHEDULE, WINDOW = "r12\u200b", "leg\u202eacy", "frz\u200d"
 RACK_SHOWN, SCHEDULE_SHOWN, WINDOW_SHOWN = "r12\\u200b", "leg\\u202eacy", "frz\\u200d"

@@ -18,7 +18,7 @@ from rackflow.v1 import flow_pb2_grpc
 from tests.e2e.cluster import servers, sql, start_server
 from tests.e2e.fleet import schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 TOKENS = {"editor": "editor-secret-0a1b", "ann": "ann-secret-2c3d", "bob": "bob-secret-4e5f"}
 ENV = {

@@ -15,7 +15,7 @@ from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import Sampler, servers, sql
 from tests.e2e.fleet import create_racks, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 MAX_RUNNING = 4
 PER_DOMAIN = 2

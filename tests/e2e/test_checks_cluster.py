@@ -19,7 +19,7 @@ from tests.checks_support import Answer, receiving
 from tests.e2e.cluster import servers, sql
 from tests.e2e.fleet import create_racks, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 RACKS = 12
 NOT_READY = Answer({"ok": False, "reason": "draining", "retry_after": "150ms"})

@@ -25,7 +25,6 @@ from tests.e2e.cluster import ServerProcess, run_cli, start_server
 # (tests/api, tests/store); SQLite is the default a first `rackflow serve` runs on.
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("test_cli"),
     pytest.mark.parametrize("served_db_url", ["sqlite"], indirect=True),
 ]
 

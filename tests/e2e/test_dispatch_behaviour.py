@@ -20,8 +20,7 @@ from tests.e2e.fleet import create_racks, rfc3339, schedule_request, wait_until
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("test_dispatch_behaviour"),
-]  # one worker: module-scoped servers
+]
 
 STEP_S = 0.4
 INTERVAL = pb.SCHEDULE_SPEC_TYPE_INTERVAL

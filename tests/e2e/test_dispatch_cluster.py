@@ -21,7 +21,7 @@ from tests.e2e.fleet import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 ONE_TIME_SCHEDULES = 1000  # a few seconds of four instances racing for claims (2,000 took twice the setup)
 CRON_SCHEDULES = 40
@@ -101,9 +101,7 @@ def test_four_instances_drain_a_backlog_firing_each_schedule_once(pg_db: str, tm
     assert len(firing) >= 2, "one instance did all the firing: the claim did not spread the work"
 
 
-# Mostly waiting for whole minutes, light on the machine: not in the heavy group, so the wait overlaps
-# other tests.
-@pytest.mark.xdist_group("cron-minutes")
+# Mostly waiting for whole minutes, light on the machine: the other workers' tests use the time.
 def test_four_instances_fire_each_cron_slot_once(pg_db: str, tmp_path: Path) -> None:
     with servers(pg_db, tmp_path, 1, args=["--no-dispatcher"]) as (setup,):
         stub = setup.stub()

@@ -19,7 +19,7 @@ from tests.e2e.cluster import ServerProcess, run_cli, servers, sql, start_server
 from tests.e2e.fleet import create_racks, wait_until
 from tests.receiver import receiving
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 RACKS = 16
 SECRET = "e2e-hmac-key"

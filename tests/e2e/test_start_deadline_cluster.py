@@ -18,7 +18,7 @@ from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import servers, sql
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 PER_KIND = 60
 INSTANCES = 3

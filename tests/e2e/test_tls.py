@@ -30,7 +30,7 @@ from tests.certs import KeyPair, Pki, make_pki
 from tests.conftest import postgres_admin_url, sqlite_copy
 from tests.e2e.cluster import ServerProcess, fresh_postgres_database, run_cli, start_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_tls")]  # one worker: module-scoped servers
+pytestmark = pytest.mark.slow
 
 OPERATOR_TOKEN = "e2e-operator-token-5b8e"
 VIEWER_TOKEN = "e2e-viewer-token-c04d"

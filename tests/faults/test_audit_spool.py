@@ -252,7 +252,6 @@ def _event(trail: AuditTrail, method: str) -> AuditEvent:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-@pytest.mark.xdist_group("heavy-postgres-faults")
 def test_a_served_rpc_whose_audit_write_meets_an_outage_is_in_the_trail_after_recovery(
     pg_db: str, tmp_path: Path
 ) -> None:

@@ -31,7 +31,7 @@ from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import fresh_postgres_database, servers
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy-postgres-faults")]
+pytestmark = pytest.mark.slow
 
 ARGS = ["--dispatch-interval", "1s", "--lease-ttl", "3s"]
 ENV = {"RACKFLOW_SIM_STEP_SECONDS": "0.2"}  # tasks take a few seconds: some are RUNNING at backup time

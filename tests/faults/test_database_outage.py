@@ -30,7 +30,7 @@ from tests.e2e.cluster import ServerProcess, servers, sql
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 from tests.faults.conftest import database_down, terminating
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-faults")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 POLL = timedelta(seconds=2)
 LEASE = "3s"

@@ -18,7 +18,7 @@ from rackflow.v1 import flow_pb2 as pb
 from tests.e2e.cluster import ServerProcess, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, rfc3339, schedule_request, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-faults")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 LEASE_S = 3.0
 RACKS = 4

@@ -46,7 +46,7 @@ from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wa
 from tests.faults.releases import release_at
 from tests.store.schema_diff import schema_diff
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-faults")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 BASE = "0023"  # the last schema before issue 29's migrations (0024 on), all meant to be applied online
 RACKS = 1_250

@@ -34,7 +34,7 @@ from tests.e2e.cluster import ServerProcess, sql, start_server
 from tests.e2e.fleet import create_racks, create_schedules, schedule_request, wait_until
 from tests.faults.releases import previous_revision, release_at
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("heavy-postgres-faults")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 ARGS = ["--dispatch-interval", "1s", "--lease-ttl", "3s"]
 INTERVAL = timedelta(seconds=2)

@@ -16,9 +16,7 @@ import pytest
 
 from tests.conftest import postgres_admin_url
 
-# A group of its own: the soak runs its own cluster on its own database, so it may overlap the other
-# multi-instance modules (one xdist worker each) and the suite's critical path is the longer of the two.
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("soak")]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 

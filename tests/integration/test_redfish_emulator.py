@@ -32,10 +32,7 @@ from rackflow.v1 import flow_pb2 as pb
 from rackflow.v1 import flow_pb2_grpc
 from tests.e2e.cluster import ServerProcess, free_port, start_server
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xdist_group("test_redfish_emulator"),
-]  # one worker: module-scoped servers
+pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "redfish-fleet.yaml"
 EXAMPLE_URL = "http://127.0.0.1:8000"

@@ -33,7 +33,7 @@ from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import sql
 from tests.store.query_plans import explain, plan_with_one_index, statements_sent
 
-pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("rack-search-plans")]
+pytestmark = pytest.mark.postgres
 
 RACKS = 20_000
 RACK_INDEX = "ix_racks_name_trgm"

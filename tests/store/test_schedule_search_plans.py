@@ -33,7 +33,7 @@ from tests.conftest import postgres_admin_url
 from tests.e2e.cluster import sql
 from tests.store.query_plans import explain, plan_with_one_index, statement_sent, statements_sent
 
-pytestmark = [pytest.mark.postgres, pytest.mark.xdist_group("schedule-search-plans")]
+pytestmark = pytest.mark.postgres
 
 TRIGRAM_INDEX = "ix_task_schedule_name_trgm"
 SCHEDULES = 20_000
