@@ -54,9 +54,11 @@ typecheck: $(VENV)/.installed-test
 
 # Most e2e time is waiting (real cron minutes, leases), so tests run in 3 workers, each given a whole module
 # at a time (`--dist loadfile`), so a module's servers, browser pages and fleets are made once, not once per
-# worker (docs/PERFORMANCE.md, "The suite at the fortieth stop"); the multi-process modules go first.
+# worker (docs/PERFORMANCE.md, "The suite at the fortieth stop"); the multi-process modules go first, in
+# the order `tests/conftest.py` collects them (xdist would otherwise hand out the modules of most tests first,
+# and the minute of faults, one test, last).
 test: $(VENV)/.installed-test lint typecheck browser tools
-	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadfile
+	$(BIN)/pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder
 
 # Debian's Chromium and ChromeDriver drive tests/browser; installed here when missing (apt-get, as root or
 # through sudo). Nothing downloads a browser at run time. Without them the browser tests skip locally and

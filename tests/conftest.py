@@ -47,10 +47,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The multi-process modules (marked `slow`) first, each in its collected order: xdist hands a worker
-    a whole module at a time (`--dist loadfile`), and a long module handed out last was the suite's tail
-    (the minute of faults began 13 minutes into a 15½-minute run, and ran on after the other two workers had
-    finished). The sort is
-    stable, so every worker collects the same order, as xdist requires."""
+    a whole module at a time in this order (`make test`: `--dist loadfile --no-loadscope-reorder`), and a
+    long module handed out last was the suite's tail (the minute of faults, one test, which xdist's own
+    order puts last, began 13 minutes into a 15½-minute run and ran on after the other two workers had
+    finished). The sort is stable, so every worker collects the same order, as xdist requires."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
