@@ -45,13 +45,36 @@ def pytest_configure(config: pytest.Config) -> None:
     name_the_run()
 
 
+# The tiers whose multi-process modules hold the longest single tests (the minute of faults, the online
+# migration, the Redfish emulator's power cycles, then the four-instance clusters), handed out first.
+LONGEST_FIRST = ("faults", "integration", "e2e", "browser")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The multi-process modules (marked `slow`) first, each in its collected order: xdist hands a worker
-    a whole module at a time in this order (`make test`: `--dist loadfile --no-loadscope-reorder`), and a
-    long module handed out last was the suite's tail (the minute of faults, one test, which xdist's own
-    order puts last, began 13 minutes into a 15½-minute run and ran on after the other two workers had
-    finished). The sort is stable, so every worker collects the same order, as xdist requires."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Each multi-process module (marked `slow`: mostly waiting, on servers, real cron minutes, a browser)
+    spread among the others, which keep the CPU busy meanwhile, the longest tiers first. xdist hands a
+    worker a whole module at a time in this order (`make test`: `--dist loadfile --no-loadscope-reorder`).
+    Its own order (the modules of most tests first) left the minute of faults, one test, for last: it
+    began 13 minutes into a 15½-minute run and ran on alone; all of them first left the CPU idle while
+    three workers waited. Every worker computes the same order, as xdist requires."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    slow = [m for m, its in modules.items() if any(i.get_closest_marker("slow") for i in its)]
+    slow.sort(key=lambda m: next((n for n, tier in enumerate(LONGEST_FIRST) if f"/{tier}/" in f"/{m}"), 99))
+    others = [m for m in modules if m not in set(slow)]
+    order: list[str] = []
+    taken_slow = taken_others = 0
+    while len(order) < len(modules):  # a slow module whenever the slow ones are behind their share
+        if taken_others == len(others) or (
+            taken_slow < len(slow) and taken_slow * len(others) <= taken_others * len(slow)
+        ):
+            order.append(slow[taken_slow])
+            taken_slow += 1
+        else:
+            order.append(others[taken_others])
+            taken_others += 1
+    items[:] = [item for module in order for item in modules[module]]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
