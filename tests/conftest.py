@@ -62,7 +62,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
     slow = [m for m, its in modules.items() if any(i.get_closest_marker("slow") for i in its)]
     slow.sort(key=lambda m: next((n for n, tier in enumerate(LONGEST_FIRST) if f"/{tier}/" in f"/{m}"), 99))
-    others = [m for m in modules if m not in set(slow)]
+    chosen = set(slow)
+    others = [m for m in modules if m not in chosen]
     order: list[str] = []
     taken_slow = taken_others = 0
     while len(order) < len(modules):  # a slow module whenever the slow ones are behind their share
