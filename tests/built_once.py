@@ -42,9 +42,12 @@ def name_the_run() -> None:
 
 def _directory() -> Path:
     """Where the run's workers leave their locks and what each build returned."""
-    path = Path(tempfile.gettempdir()) / f"rackflow-test-run-{os.environ[RUN]}"
-    path.mkdir(exist_ok=True)
-    return path
+    return Path(tempfile.gettempdir()) / f"rackflow-test-run-{os.environ[RUN]}"
+
+
+def _database(key: str) -> str:
+    """The name of the run's database for `key` (`%`: a LIKE pattern of them all)."""
+    return f"{PREFIX}{os.environ[RUN]}_{key}"
 
 
 def _admin(admin_url: str) -> str:
@@ -57,13 +60,14 @@ def built_once(admin_url: str, template: str | None, key: str, build: Callable[[
     database at the URL it is given; the tests then only read it, from every worker at once. A build that
     failed leaves no answer, and the next worker to ask builds it again in a new copy."""
     directory = _directory()
+    directory.mkdir(exist_ok=True)
     with open(directory / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         answer = directory / f"{key}.pickle"
         if answer.exists():
             value: T = pickle.loads(answer.read_bytes())
             return value
-        name = f"{PREFIX}{os.environ[RUN]}_{key}"
+        name = _database(key)
         with psycopg.connect(_admin(admin_url), autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
@@ -75,10 +79,9 @@ def built_once(admin_url: str, template: str | None, key: str, build: Callable[[
 def drop_the_runs_databases(admin_url: str) -> None:
     """In the controller, once its workers have ended: drop every database `built_once` made for this run.
     Nothing to do, and no connection made, when the run built none."""
-    directory = Path(tempfile.gettempdir()) / f"rackflow-test-run-{os.environ.get(RUN, '')}"
-    if RUN not in os.environ or not directory.exists():
+    if RUN not in os.environ or not (directory := _directory()).exists():
         return
-    pattern = f"{PREFIX}{os.environ[RUN]}_%"
+    pattern = _database("%")
     try:
         with psycopg.connect(_admin(admin_url), autocommit=True, connect_timeout=5) as conn:
             names = conn.execute(

@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The tiers whose multi-process modules hold the longest single tests (the minute of faults, the online
 # migration, the Redfish emulator's power cycles, then the four-instance clusters), handed out first.
-LONGEST_FIRST = ("faults", "integration", "e2e", "browser")
+LONGEST_FIRST = {tier: rank for rank, tier in enumerate(("faults", "integration", "e2e", "browser"))}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         modules.setdefault(item.nodeid.split("::")[0], []).append(item)
     slow = [m for m, its in modules.items() if any(i.get_closest_marker("slow") for i in its)]
-    slow.sort(key=lambda m: next((n for n, tier in enumerate(LONGEST_FIRST) if f"/{tier}/" in f"/{m}"), 99))
+    slow.sort(key=lambda m: LONGEST_FIRST.get(m.split("/")[1], len(LONGEST_FIRST)))
     chosen = set(slow)
     others = [m for m in modules if m not in chosen]
     order: list[str] = []

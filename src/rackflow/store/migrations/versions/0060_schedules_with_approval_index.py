@@ -1,13 +1,13 @@
 """task_schedule: the schedules with an approval policy read from an index of their own
 
-A server that can count its approvers (every one but a server under mutual TLS without tokens) looks,
-before it listens, at every schedule with an approval policy, to name those its approvers could never
-approve (`ScheduleService.name_unapprovable`, `store.schedules.approval_set_ups`). A schedule without a policy stores JSON's null, which `IS NOT NULL` keeps, so the look
-read every schedule in name order, policy or not: 120,791 buffers and 344-386 ms of PostgreSQL's time at
-each start over a million schedules, none with a policy (docs/PERFORMANCE.md, "The promotion check's look
-at a rack's waiting tasks, and the start-up look at the approval policies"). This index holds the
-schedules with a policy alone, by name, so the look reads those. A firing of a schedule without a policy
-writes no entry here.
+A server that can count its approvers (every one but a server under mutual TLS without tokens) looks, before
+it listens, at every schedule with an approval policy, to name those its approvers could never approve
+(`ScheduleService.name_unapprovable`, `store.schedules.approval_set_ups`). A schedule without a policy stores
+JSON's null, which `IS NOT NULL` keeps, so the look read every schedule in name order, policy or not: 120,791
+buffers and 344-386 ms of PostgreSQL's time at each start over a million schedules, none with a policy
+(docs/PERFORMANCE.md, "The promotion check's look at a rack's waiting tasks, and the start-up look at the
+approval policies"). This index holds the schedules with a policy alone, by name, so the look reads those. A
+firing of a schedule without a policy writes no entry here.
 
 On PostgreSQL built CONCURRENTLY, outside a transaction, as 0053's (the fleet's writes go on while it
 builds; an invalid index left by an interrupted build is dropped and built again, and a valid one built
