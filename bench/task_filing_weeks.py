@@ -27,7 +27,9 @@ slowest call during each step is printed, and any error fails the probe. Then: t
 refusals (a second task of a (run, rack), an attempt of a missing task) and cascades, what a row costs
 (`--rows` tasks inserted in one statement, then a step's record of each, whose key is checked against the
 tasks: on the flat table before the migration, in a week after), the planning of a look-up by id among
-`--weeks` weeks (named by its partition, and unbounded), and a week of the six tables dropped.
+`--weeks` weeks (named by its partition, and unbounded), the executor's claim with `--live` tasks live
+before the migration and as many filed in its first week (on the flat table, then over the weeks as it is
+and bounded to those a live task can be in), and a week of the six tables dropped.
 
     python bench/task_filing_weeks.py --tasks 1000000 [--keys partitioned]
 """
@@ -46,9 +48,13 @@ from typing import Any
 
 import psycopg
 from _common import add_db_arguments, code_line, fresh_database, machine_line, median, result
+from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
 
 from rackflow.ids import id_at_time
+from rackflow.store.db import Database
+from rackflow.store.dialect import PLAN_CACHE_MODE
+from rackflow.store.task_runs import _pick_statement
 
 WEEK = timedelta(days=7)
 # The five tables that reference a task, each with its key's columns.
@@ -383,6 +389,46 @@ def rows_cost_us(
     return median(tasks_us), median(records_us)
 
 
+def claim_ms(
+    conn: psycopg.Connection[Any], url: str, since: datetime, repeat: int, *, partitioned: bool = True
+) -> dict[str, tuple[float, float]]:
+    """The executor's claim (`task_runs._pick_statement`, as rackflow builds it and plans it: custom plans,
+    no bitmap read nor sort) over the partitioned tasks: median (planning, execution) ms, as it is and
+    bounded to the old partition and the two weeks from `since` (the oldest live task's week, to a week past
+    the current one: no task is filed later than its run fired), each run rolled back (it locks what it
+    takes)."""
+    db = Database(url)
+    values = {
+        "running_here": [uuid.uuid4()],
+        "room": 10,
+        "claimed_at": datetime.now(UTC),
+        "claimer": uuid.uuid4(),
+        "span": timedelta(seconds=30),
+        "since": since,
+        "until": since + 2 * WEEK,
+    }
+    pick = _pick_statement(db)
+    bounded = pick.where(
+        sql_text("(tasks.filed_at = '-infinity' OR tasks.filed_at >= :since AND tasks.filed_at < :until)")
+    )
+    medians = {}
+    for name, stmt in (("as_it_is", pick), ("bounded", bounded))[: 2 if partitioned else 1]:
+        compiled = stmt.compile(dialect=db.engine.dialect)
+        expanded = compiled.construct_expanded_state(values)
+        planned, executed = [], []
+        for _ in range(repeat):
+            with conn.transaction(force_rollback=True):
+                conn.execute(f"SET LOCAL plan_cache_mode = {PLAN_CACHE_MODE}")
+                conn.execute("SET LOCAL enable_bitmapscan = off")
+                conn.execute("SET LOCAL enable_sort = off")
+                explained = f"EXPLAIN (ANALYZE, SUMMARY, FORMAT JSON) {expanded.statement}"
+                plan = conn.execute(explained, expanded.parameters).fetchone()[0][0]  # type: ignore[index]
+            planned.append(plan["Planning Time"])
+            executed.append(plan["Execution Time"])
+        medians[name] = (median(planned), median(executed))
+    return medians
+
+
 def planning_ms(conn: psycopg.Connection[Any], sql: str, args: tuple[Any, ...], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -404,6 +450,12 @@ def main() -> None:
         choices=("partitioned", "weekly"),
         default="weekly",
         help="the children's keys: the partitioned tables' own, or each week's to the tasks' week",
+    )
+    parser.add_argument(
+        "--live",
+        type=int,
+        default=300,
+        help="live tasks before the migration and in its first week, for the claim",
     )
     parser.add_argument("--rows", type=int, default=5000, help="rows a statement, for the cost a row")
     args = parser.parse_args()
@@ -428,6 +480,14 @@ def main() -> None:
             ]
             rack_id = conn.execute("SELECT id FROM racks LIMIT 1").fetchone()[0]  # type: ignore[index]
             flat = rows_cost_us(conn, rack_id, None, args.rows, 5)
+            # Live tasks when the migration runs (the old partition's, after it), for the claim.
+            conn.execute(
+                f"INSERT INTO tasks ({TASK_COLUMNS}) SELECT gen_random_uuid(), 'power_reset', '{{}}', %s,"
+                " '[]', 'pending', now(), now(), NULL FROM generate_series(1, %s)",
+                (rack_id, args.live),
+            )
+            conn.execute("ANALYZE tasks")
+            flat_claim = claim_ms(conn, ws.url, bound, args.repeat, partitioned=False)["as_it_is"]
             writer = PreviousRelease(dsn, old_ids, rack_id)
             writer.start()
             time.sleep(1)
@@ -488,6 +548,26 @@ def main() -> None:
                 unbounded=planning_ms(conn, by_id, (task_id,), args.repeat),
                 named_week=planning_ms(conn, in_week, (task_id, filed), args.repeat),
                 named_legacy=planning_ms(conn, in_week, (old, "-infinity"), args.repeat),
+            )
+            live = [id_at_time(bound + timedelta(hours=1)) for _ in range(args.live)]
+            conn.execute(
+                f"INSERT INTO tasks ({TASK_COLUMNS}, filed_at)"
+                " SELECT i, 'power_reset', '{}', %s, '[]', 'pending', now(), now(), NULL, %s"
+                " FROM unnest(%s::uuid[]) i",
+                (rack_id, bound + timedelta(hours=1), live),
+            )
+            conn.execute("ANALYZE tasks")
+            claims = claim_ms(conn, ws.url, bound, args.repeat)
+            result(
+                "claim_ms",
+                weeks=args.weeks,
+                live=f"{args.live}+{args.live}",
+                flat_planning=flat_claim[0],
+                flat_execution=flat_claim[1],
+                planning=claims["as_it_is"][0],
+                execution=claims["as_it_is"][1],
+                bounded_planning=claims["bounded"][0],
+                bounded_execution=claims["bounded"][1],
             )
             started = time.perf_counter()
             drop_week(conn, 0)
