@@ -47,7 +47,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from _common import add_db_arguments, code_line, fresh_database, machine_line, median, result
+from _common import (
+    add_db_arguments,
+    code_line,
+    fresh_database,
+    machine_line,
+    median,
+    result,
+    slot_run_id,
+)
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
 
@@ -96,10 +104,8 @@ def _load(conn: psycopg.Connection[Any], tasks: int) -> None:
         conn.execute(f"DROP INDEX {name}")
     conn.execute(
         f"INSERT INTO tasks ({TASK_COLUMNS})"
-        " SELECT CASE WHEN g % 2 = 0 THEN gen_random_uuid() ELSE"
-        "   encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING"
-        "   substring(int8send(floor(extract(epoch FROM t) * 1000)::bigint) FROM 3) FROM 1 FOR 6), 52, 1),"
-        "   53, 1), 'hex')::uuid END,"
+        # A time-ordered id is a UUIDv7 of its creation's millisecond, made as a run's of its slot is.
+        f" SELECT CASE WHEN g % 2 = 0 THEN gen_random_uuid() ELSE {slot_run_id('t')} END,"
         f" 'power_reset', '{{}}', ({racks})[1 + g % 2000], '[]', 'completed', t, t,"
         " CASE WHEN g % 10 = 0 THEN NULL ELSE gen_random_uuid() END"
         f" FROM (SELECT g, now() - interval '365 days' + g * interval '{365 * 86400 / tasks} seconds' AS t"
