@@ -18,12 +18,17 @@ it only places the row in its indexes, rackflow decides nothing from it, and a c
 fault drill's offset) only puts a few rows out of order, which costs a page read, not a wrong answer.
 Within one millisecond the 74 random bits order ids at random (uniqueness does not depend on the clock).
 
-One exception: a dispatched run's id is minted at its slot's millisecond (`id_at_time`, from
+Two exceptions. A dispatched run's id is minted at its slot's millisecond (`id_at_time`, from
 `domain.firing.run_id`), not at the moment its row was made. The runs are partitioned by their slot on
 PostgreSQL (`store.run_partitions`), so such an id says which partition holds its run, and a statement
 naming runs by id alone is bounded to those partitions (`run_partitions.of_runs`) instead of probing
 every one. Its place in the primary key is then its slot's: a partition's key still grows at its right
 edge, the runs of one slot being made together. A manual run (no slot) keeps `new_id`.
+
+And a run's tasks are minted at their run's id's millisecond (`id_beside`): on PostgreSQL the tasks are
+partitioned by the time their id tells (`store.task_partitions`), so a run's tasks share a week whenever
+they are submitted (a rollout's later wave, a deferral), and a statement naming tasks by id names their
+partitions. A manual task keeps `new_id`.
 """
 
 from __future__ import annotations
@@ -58,6 +63,16 @@ _MILLISECOND = timedelta(milliseconds=1)
 def id_at_time(at: datetime) -> uuid.UUID:
     """A version 7 UUID of the millisecond `at` (aware) falls in (`id_at`); ValueError before 1970."""
     return id_at((at - EPOCH) // _MILLISECOND)
+
+
+def id_beside(other: uuid.UUID | None) -> uuid.UUID:
+    """A new id that tells the time `other` tells: of the millisecond `other` (a version 7 id) was minted
+    at; a random (version 4) one, telling none, beside an id that tells none (a run recorded before ids
+    were time-ordered); of now (`new_id`) beside None."""
+    if other is None:
+        return new_id()
+    at = time_of(other)
+    return id_at_time(at) if at is not None else uuid.uuid4()
 
 
 def time_of(row_id: uuid.UUID) -> datetime | None:

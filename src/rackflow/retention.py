@@ -25,14 +25,14 @@ from prometheus_client import Counter
 
 from rackflow.clock import sleep_unless_stopped
 from rackflow.config import DEFAULT_PRUNE_INTERVAL
-from rackflow.store import run_partitions
+from rackflow.store import run_partitions, task_partitions
 from rackflow.store.db import Database
 from rackflow.store.retention import PRUNE_CHUNK
 from rackflow.timespec.duration import format_go_duration
 
 log = logging.getLogger(__name__)
 
-# How often every instance makes sure the runs' coming weeks have partitions (PostgreSQL).
+# How often every instance makes sure the runs' and the tasks' coming weeks have partitions (PostgreSQL).
 KEEP_AHEAD_EVERY = DEFAULT_PRUNE_INTERVAL
 
 
@@ -120,29 +120,40 @@ async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
         await sleep_unless_stopped(stop, every)
 
 
-async def ensure_run_weeks(db: Database) -> None:
-    """Make the coming weeks' partitions of the runs (PostgreSQL, `store.run_partitions`): a slot whose week
-    has none cannot be recorded; then drop the past weeks the run cap has emptied. A failure (a lock wait
-    given up, the database down) is logged; the next round tries again, weeks before a slot would need
-    them."""
+async def ensure_weeks(db: Database) -> None:
+    """Make the coming weeks' partitions of the runs and of the tasks (PostgreSQL, `store.run_partitions`,
+    `store.task_partitions`): a slot whose week has none cannot be recorded, and a task's week would be
+    made in its firing's transaction; then drop the past weeks of runs the run cap has emptied. A failure (a
+    lock wait given up, the database down) is logged; the next round tries again, weeks before a slot
+    would need them."""
     steps = (
-        (run_partitions.keep_ahead, "coming weeks not made", "made %s"),
-        (run_partitions.drop_emptied, "emptied weeks not dropped", "dropped %s, emptied by the run cap"),
+        ("run", run_partitions.keep_ahead, "coming weeks not made", "made %s"),
+        (
+            "run",
+            run_partitions.drop_emptied,
+            "emptied weeks not dropped",
+            "dropped %s, emptied by the run cap",
+        ),
+        ("task", task_partitions.keep_ahead, "coming weeks not made", "made %s"),
     )
-    for step, failed, done in steps:
+    for kind, step, failed, done in steps:
         try:
             names = await step(db)
         except Exception as exc:
             log.warning(
-                "run partitions: %s (%s); retrying in %s", failed, exc, format_go_duration(KEEP_AHEAD_EVERY)
+                "%s partitions: %s (%s); retrying in %s",
+                kind,
+                failed,
+                exc,
+                format_go_duration(KEEP_AHEAD_EVERY),
             )
-            return
+            continue
         if names:
-            log.info("run partitions: " + done, ", ".join(names))
+            log.info(f"{kind} partitions: " + done, ", ".join(names))
 
 
-async def keep_run_weeks(db: Database, stop: asyncio.Event) -> None:
-    """`ensure_run_weeks` every KEEP_AHEAD_EVERY until `stop` is set (the server does a first round itself at
+async def keep_weeks(db: Database, stop: asyncio.Event) -> None:
+    """`ensure_weeks` every KEEP_AHEAD_EVERY until `stop` is set (the server does a first round itself at
     start-up, before its dispatcher fires)."""
     while not await sleep_unless_stopped(stop, KEEP_AHEAD_EVERY):
-        await ensure_run_weeks(db)
+        await ensure_weeks(db)

@@ -41,7 +41,7 @@ from rackflow.ids import new_id
 from rackflow.metrics import serve_metrics
 from rackflow.notify.delivery import Deliverer
 from rackflow.notify.holds import HoldWatcher
-from rackflow.retention import Pruner, ensure_run_weeks, keep_run_weeks, run_in_order
+from rackflow.retention import Pruner, ensure_weeks, keep_weeks, run_in_order
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.security import Role, TokenTable, server_credentials
@@ -187,9 +187,9 @@ class RackflowServer:
         executor = self.executor(backend)
         self._spawn("executor", executor.run)
         if self.db.is_postgres:
-            # The coming weeks' partitions of the runs before this instance's first firing, then hourly.
-            await ensure_run_weeks(self.db)
-            self._spawn("run partitions", functools.partial(keep_run_weeks, self.db))
+            # The runs' and tasks' coming weeks' partitions before the first firing, then hourly.
+            await ensure_weeks(self.db)
+            self._spawn("partitions", functools.partial(keep_weeks, self.db))
         dispatcher = (
             Dispatcher(
                 self.services.schedules,

@@ -245,8 +245,10 @@ def write_template(server: ServerProcess, url: str) -> Template:
 
 
 def uid(kind: str, n: str) -> str:
-    """Row `n`'s id of `kind`, md5-derived, so rows link to each other without a join."""
-    return f"md5('{kind}' || ({n})::text)::uuid"
+    """Row `n`'s id of `kind`, md5-derived, so rows link to each other without a join; a version 4 id, as
+    the older release made them (a time-ordered id's version and variant tell a time, which migration
+    0062's CHECK reads)."""
+    return f"overlay(overlay(md5('{kind}' || ({n})::text) placing '4' from 13) placing '8' from 17)::uuid"
 
 
 def clone(

@@ -92,6 +92,7 @@ async def explain_walked(db: Database, send: Callable[[AsyncConnection], Awaitab
         try:
             await conn.exec_driver_sql(settings, settings_parameters)
             plan = _text((await conn.exec_driver_sql("EXPLAIN " + statement[0], statement[1])).all())
+            plan = await by_parent_index(conn, plan)
         finally:
             await transaction.rollback()
     return plan
@@ -112,7 +113,8 @@ async def explain_analyzed(db: Database, statement: str, parameters: Any) -> str
     async with db.engine.connect() as conn:
         transaction = await conn.begin()
         try:
-            return _text((await conn.exec_driver_sql("EXPLAIN ANALYZE " + statement, parameters)).all())
+            plan = _text((await conn.exec_driver_sql("EXPLAIN ANALYZE " + statement, parameters)).all())
+            return await by_parent_index(conn, plan)
         finally:
             await transaction.rollback()
 
@@ -125,7 +127,8 @@ async def explain_without_scans(db: Database, statement: str, parameters: Any) -
         await conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
         await conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
         explained = statement.removeprefix(statement[: statement.index("SELECT")])
-        return _text((await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all())
+        plan = _text((await conn.exec_driver_sql("EXPLAIN " + explained, parameters)).all())
+        return await by_parent_index(conn, plan)
 
 
 async def plan_with_one_index(db: Database, statement: str, parameters: Any, table: str, index: str) -> str:
@@ -156,8 +159,8 @@ _PARTITION_INDEXES = text(
 
 async def by_parent_index(conn: AsyncConnection, plan: str) -> str:
     """`plan` with each partition's index named by the partitioned table's index it is part of: a plan of a
-    partitioned table (the runs and the audit trail on PostgreSQL) names the partitions' own indexes, one a
-    partition, where the tests name the index they mean by the table's."""
+    partitioned table (the runs, the tasks and the audit trail on PostgreSQL) names the partitions' own
+    indexes, one a partition, where the tests name the index they mean by the table's."""
     if conn.dialect.name != "postgresql":
         return plan
     for child, parent in (await conn.execute(_PARTITION_INDEXES)).all():
@@ -165,20 +168,26 @@ async def by_parent_index(conn: AsyncConnection, plan: str) -> str:
     return plan
 
 
-async def explain_generic(db: Database, statement: str, parameters: dict[str, Any]) -> str:
+async def explain_generic(
+    db: Database, statement: str, parameters: dict[str, Any], *, walking: bool = False
+) -> str:
     """PostgreSQL's generic plan of `statement`: prepared with typed `$n` parameters, planned with
-    `plan_cache_mode = force_generic_plan`."""
+    `plan_cache_mode = force_generic_plan`; `walking`: with the walk's settings too (`walking_in_order`)."""
     names = list(dict.fromkeys(PLACEHOLDER.findall(statement)))
     numbered = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", statement)
     types = ", ".join(_pg_type(parameters[name]) for name in names)
     arguments = ", ".join(_literal(parameters[name]) for name in names)
     async with db.transaction() as conn:
         await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        if walking:
+            for setting in ("enable_sort", "enable_bitmapscan"):
+                await conn.exec_driver_sql(f"SET LOCAL {setting} = off")
         await conn.exec_driver_sql(f"PREPARE explained ({types}) AS {numbered}")
         plan = _text((await conn.exec_driver_sql(f"EXPLAIN EXECUTE explained({arguments})")).all())
         # VERBOSE shows the parameters the short form hides (a function's arguments, an OFFSET)
         verbose = _text((await conn.exec_driver_sql(f"EXPLAIN VERBOSE EXECUTE explained({arguments})")).all())
         await conn.exec_driver_sql("DEALLOCATE explained")
+        plan = await by_parent_index(conn, plan)
     assert re.search(r"\$\d", verbose), f"not a generic plan:\n{verbose}"
     return plan
 

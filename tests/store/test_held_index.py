@@ -96,12 +96,22 @@ async def _sweep_statement(db: Database) -> tuple[str, Any]:
     return sent[0]
 
 
+async def _held_indexes(db: Database) -> set[str]:
+    """The held index's names: on PostgreSQL the partitioned index's and its partitions' (the tasks are
+    partitioned by filing time, migration 0062: a plan names the partition's index it reads)."""
+    if not db.is_postgres:
+        return {HELD_INDEX}
+    async with db.read() as conn:
+        found = await conn.exec_driver_sql(f"SELECT relid::text FROM pg_partition_tree('{HELD_INDEX}')")
+        return set(found.scalars())
+
+
 async def test_the_sweep_reads_the_held_index(history: Database) -> None:
     plan = await explain(history, *await _sweep_statement(history))
-    assert HELD_INDEX in plan, plan
+    assert any(index in plan for index in await _held_indexes(history)), plan
 
 
 @pytest.mark.postgres
 async def test_the_sweep_reads_the_held_index_when_prepared_generically(pg_history: Database) -> None:
     plan = await explain_generic(pg_history, *await _sweep_statement(pg_history))
-    assert HELD_INDEX in plan, plan
+    assert any(index in plan for index in await _held_indexes(pg_history)), plan

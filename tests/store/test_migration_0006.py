@@ -138,6 +138,7 @@ LATER_COLUMNS = {
         "attempt",
         "attempt_started_at",
         "refusal",
+        "filed_at",
     ),
     "task_schedule_run": (
         "rollout",

@@ -76,7 +76,10 @@ async def _progress_rewrite_moves(db: Database, task_id: uuid.UUID) -> bool:
 async def _fillfactor(db: Database) -> str | None:
     """The table's fillfactor setting (`fillfactor=N`), of its storage parameters (0061 adds others)."""
     async with db.read() as conn:
-        stmt = text("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'tasks'")
+        stmt = text(  # from 0062 on the partitions' (the one before the weeks holds these tasks)
+            "SELECT array_to_string(reloptions, ',') FROM pg_class"
+            " WHERE oid = coalesce(to_regclass('tasks_before'), 'tasks'::regclass)"
+        )
         options: str = (await conn.execute(stmt)).scalar_one()
     return next((o for o in options.split(",") if o.startswith("fillfactor=")), None)
 

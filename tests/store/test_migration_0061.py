@@ -32,7 +32,11 @@ async def db_at_0060(empty_db_url: str) -> AsyncIterator[Database]:
 
 async def _storage(db: Database) -> set[str]:
     async with db.read() as conn:
-        stmt = text("SELECT reloptions FROM pg_class WHERE relname = 'tasks'")
+        # From 0062 on the partitions hold the storage, the one before the weeks among them.
+        stmt = text(
+            "SELECT reloptions FROM pg_class"
+            " WHERE oid = coalesce(to_regclass('tasks_before'), 'tasks'::regclass)"
+        )
         return set((await conn.execute(stmt)).scalar_one() or [])
 
 

@@ -24,6 +24,7 @@ from rackflow.domain.rollouts import RolloutPolicy
 from rackflow.domain.schedules import OverlapPolicy, Schedule
 from rackflow.domain.tasks import Operation, OperationKind, QueueOptions, Task, TaskStatus
 from rackflow.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from rackflow.ids import id_beside
 from rackflow.rollouts.driver import RolloutDriver
 from rackflow.rollouts.service import RunReport, Step
 from rackflow.schedules import firing
@@ -597,7 +598,7 @@ async def test_no_scope_ever_gets_two_tasks_whatever_submits_it(db: Database) ->
     (task,) = await env.services.tasks.get_tasks([task_id])
     async with env.db.transaction() as conn:
         with pytest.raises(AlreadyExists, match="run_id"):
-            await task_store.insert_tasks(conn, [task.__class__(**{**task.__dict__, "id": uuid.uuid4()})])
+            await task_store.insert_tasks(conn, [replace(task, id=id_beside(task.run_id))])
     # Stepping again and again starts nothing more while the one task runs.
     for _ in range(3):
         assert (await env.services.rollouts.advance()).task_ids == ()

@@ -29,7 +29,7 @@ from rackflow.schedules import firing
 from rackflow.schedules.dispatcher import Dispatcher
 from rackflow.services import Services
 from rackflow.store import inventory as inventory_store
-from rackflow.store import kept_counts, scope_removals, task_runs
+from rackflow.store import kept_counts, scope_removals, task_partitions, task_runs
 from rackflow.store import rollouts as rollout_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
@@ -136,7 +136,18 @@ async def summaries_match(env: Env, schedule: Schedule, only: Sequence[Run] | No
     return by_tasks, len(runs) - by_tasks
 
 
-async def test_plain_firings_through_completion_retries_holds_leaving_racks_and_pruning(db: Database) -> None:
+@pytest.fixture
+def prune_row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task prune as on a database without weeks: every ended task past the retention deleted by
+    itself. On PostgreSQL a task filed this week (a manual run's, whose id tells the wall clock) would
+    otherwise go with its week, a week past the retention at most (tests/store/test_task_partitions.py);
+    these tests are about the counts a prune leaves, not which rows the weeks keep."""
+    monkeypatch.setattr(task_partitions, "kept_floor", lambda _conn, _cutoff: None)
+
+
+async def test_plain_firings_through_completion_retries_holds_leaving_racks_and_pruning(
+    db: Database, prune_row_by_row: None
+) -> None:
     env = make_env(db)
     racks = [await env.rack(f"r{i}") for i in range(5)]
     schedule = await _schedule(env, racks)
@@ -415,7 +426,7 @@ async def _kept(env: Env, run: Run) -> tuple[object, object]:
 
 @pytest.mark.parametrize("deletion", ["prune", "delete_rack"])
 async def test_a_count_kept_once_final_is_read_from_its_run_until_a_task_of_it_is_deleted(
-    db: Database, deletion: str
+    db: Database, deletion: str, prune_row_by_row: None
 ) -> None:
     """The grid keeps a run's tasks by status in its row once the run is completed and every task ended
     (`store.kept_counts`), and reads it from there; never while a task is active; and after a deletion of
@@ -475,7 +486,7 @@ async def test_a_count_is_not_kept_on_a_run_marked_by_a_deletion(db: Database) -
 
 
 async def test_the_task_prune_raises_its_horizon_before_it_deletes_and_spares_the_counts_of_newer_runs(
-    db: Database,
+    db: Database, prune_row_by_row: None
 ) -> None:
     """Retention marks no run: it raises `task_prune_horizon` to its cutoff, committed before it deletes
     anything (so a count kept meanwhile is not read past the deletion), and only a run fired before the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -27,8 +28,10 @@ from sqlalchemy import select, update
 from rackflow.domain.tasks import Hold, TaskStatus
 from rackflow.domain.windows import MaintenanceWindow, OneOff, WindowKind
 from rackflow.errors import NotFound
+from rackflow.ids import id_beside
 from rackflow.store import inventory as inventory_store
 from rackflow.store import rollouts as run_store
+from rackflow.store import tasks as task_store
 from rackflow.store import windows as window_store
 from rackflow.store.db import Database
 from rackflow.store.tables import task_schedule_run, tasks
@@ -323,15 +326,16 @@ async def test_delete_rack_tries_again_when_a_task_ran_on_it_before_its_lock(
     pg_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between DeleteRack's read of its tasks' runs (and their locks) and its lock of the rack, r0 gets a
-    task of another run (here: its ended task is made one of "plain"'s run, as a task submitted and ended
-    meanwhile would be). That run's row is not locked, and DeleteRack, holding the rack, must not wait for
+    task of another run (here: an ended task of "plain"'s run, as a task submitted and ended meanwhile
+    would be). That run's row is not locked, and DeleteRack, holding the rack, must not wait for
     it: it rolls back and tries again, locking that run first, and deletes the rack."""
     db = Database(pg_db)
     try:
         env = make_env(db)
         r0, r9 = await env.rack("r0"), await env.rack("r9")
         [ended] = await env.services.schedules.trigger((await env.schedule("on r0", racks=[r0])).id)
-        its_run = (await get(env, ended)).run_id
+        ended_task = await get(env, ended)
+        its_run = ended_task.run_id
         async with env.db.transaction() as conn:
             await set_status(conn, [ended], TaskStatus.COMPLETED, now=env.clock.now())
         [other_task] = await env.services.schedules.trigger((await env.schedule("plain", racks=[r9])).id)
@@ -343,14 +347,16 @@ async def test_delete_rack_tries_again_when_a_task_ran_on_it_before_its_lock(
             found = await lock_runs(conn, run_ids)
             locked.append(set(run_ids))
             if len(locked) == 1:
-                async with env.db.transaction() as other:
-                    await other.execute(update(tasks).where(tasks.c.id == ended).values(run_id=other_run))
+                async with env.db.transaction() as other:  # filed with its run, as every task is
+                    made = replace(ended_task, id=id_beside(other_run), run_id=other_run)
+                    await task_store.insert_tasks(other, [made])
+                    await set_status(other, [made.id], TaskStatus.COMPLETED, now=env.clock.now())
             return found
 
         monkeypatch.setattr(run_store, "lock_runs", meanwhile)
         await asyncio.wait_for(env.services.inventory.delete_rack(r0.id), 60)
 
-        assert locked == [{its_run}, {other_run}]
+        assert locked == [{its_run}, {its_run, other_run}]
         with pytest.raises(NotFound):
             await env.services.inventory.get_rack(r0.id)
         async with env.db.read() as conn:

@@ -47,7 +47,7 @@ from rackflow.domain.checks import (
 from rackflow.domain.tasks import Hold, InLine, OperationKind, Task, TaskStatus
 from rackflow.errors import AlreadyExists
 from rackflow.store.db import Database, after_commit, chunked, in_id_order, unique_violation_as
-from rackflow.store.dialect import in_keys, insert_rows_together, update_rows
+from rackflow.store.dialect import in_keys, insert_rows_together, update_rows, walking_in_order
 from rackflow.store.inventory import names_by_id
 from rackflow.store.tables import (
     nvl_domains,
@@ -58,7 +58,8 @@ from rackflow.store.tables import (
     racks,
     tasks,
 )
-from rackflow.store.tasks import OLDEST_FIRST, hold_values, is_active, status_in, task_from_row
+from rackflow.store.task_partitions import filed_at
+from rackflow.store.tasks import OLDEST_FIRST, TASK_COLUMNS, hold_values, is_active, status_in, task_from_row
 
 # What the writes that make a held task's round due now ask to be told after commit (`Database.on_commit`):
 # the checker of this process looks at once (it sleeps while no round is due: `next_round_at`).
@@ -205,7 +206,11 @@ async def start_waiting(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) 
     claim, which holds the tasks' rows, so no other claim adds the same row meanwhile."""
     if task_ids:
         await conn.execute(
-            insert(preflight_tasks), [{"task_id": i, "attempt": 0, "next_check_at": None} for i in task_ids]
+            insert(preflight_tasks),
+            [
+                {"task_id": i, "task_filed_at": filed_at(i), "attempt": 0, "next_check_at": None}
+                for i in task_ids
+            ],
         )
         after_commit(conn, ROUND_DUE)
 
@@ -238,7 +243,7 @@ _WAITING_COLUMNS = (
 )
 
 
-def _waiting_from(row: Row[Any]) -> Waiting:
+def _waiting_from(row: Row[*tuple[Any, ...]]) -> Waiting:
     return Waiting(row.id, row.round, row.next_check_at, row.override_reason, row.checking_until)
 
 
@@ -349,7 +354,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
     """Tasks `gate` holds whose next round of checks is due and that no checker is checking (or whose
     checker's lease ran out), not overridden, oldest first."""
     stmt = (
-        select(tasks, *_WAITING_COLUMNS)
+        select(*TASK_COLUMNS, *_WAITING_COLUMNS)
         .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
         .where(
             *_waiting_for_rounds(gate),
@@ -425,7 +430,8 @@ async def queue_head(
     a first round of checks not yet answered (they are claimed as soon as it passes). A look ahead
     (`rackflow.checks.checker`) asks about the unasked ones among them before an executor has room, and
     reads those whole; the others are read only for what the gates' looks count (`InLine`)."""
-    rows = await conn.execute(_QUEUE_HEAD, {"gate": gate, "now": now, "limit": limit})
+    async with walking_in_order(conn):  # the live queue in its order, as the claim walks it
+        rows = await conn.execute(_QUEUE_HEAD, {"gate": gate, "now": now, "limit": limit})
     return [
         (InLine(row.id, row.rack_id, OperationKind(row.operation), row.ignore_windows), bool(row.asked))
         for row in rows
@@ -467,7 +473,16 @@ async def ask_ahead(
     taken = sorted(locked)
     await conn.execute(
         insert(preflight_tasks),
-        [{"task_id": i, "attempt": 0, "next_check_at": None, "checking_until": asks[i][1]} for i in taken],
+        [
+            {
+                "task_id": i,
+                "task_filed_at": filed_at(i),
+                "attempt": 0,
+                "next_check_at": None,
+                "checking_until": asks[i][1],
+            }
+            for i in taken
+        ],
     )
     # One statement per distinct hold (the tasks asked together mostly share it), as a claim holds them.
     by_hold: dict[Hold, list[uuid.UUID]] = defaultdict(list)
@@ -607,7 +622,12 @@ async def record_rounds_in_claim(
         if not done.rowcount:  # the fence: never write over a round this claim did not see
             raise RuntimeError(f"task {last.task_id}: its pre-flight round moved under the claim's lock")
     new = [
-        {"task_id": found[0].task_id, "attempt": 1, "next_check_at": _next(found)}
+        {
+            "task_id": found[0].task_id,
+            "task_filed_at": filed_at(found[0].task_id),
+            "attempt": 1,
+            "next_check_at": _next(found),
+        }
         for last, found in rounds
         if last is None
     ]
@@ -622,6 +642,7 @@ def _next(found: Sequence[CheckResult]) -> datetime:
 def _result_values(result: CheckResult) -> dict[str, Any]:
     return {
         "task_id": result.task_id,
+        "task_filed_at": filed_at(result.task_id),
         "check_id": result.check_id,
         "attempt": result.attempt,
         "check_name": result.check_name,
@@ -698,7 +719,11 @@ async def override(
         update(preflight_tasks).where(preflight_tasks.c.task_id == task_id).values(values)
     )
     if not found.rowcount:
-        await conn.execute(insert(preflight_tasks).values(task_id=task_id, attempt=0, **values))
+        await conn.execute(
+            insert(preflight_tasks).values(
+                task_id=task_id, task_filed_at=filed_at(task_id), attempt=0, **values
+            )
+        )
 
 
 async def override_checks(
@@ -714,13 +739,19 @@ async def override_checks(
     for a round of the rest at once (its row added if the gate has not held it yet, so the gate reads the
     overrides of the tasks it has rows for only); the task's row is locked first, as `override` does."""
     await conn.execute(db.for_update(select(tasks.c.id).where(tasks.c.id == task_id)))
-    rows = [{"task_id": task_id, "check_id": i, "reason": reason, "overridden_at": now} for i in check_ids]
+    filed = filed_at(task_id)
+    rows = [
+        {"task_id": task_id, "task_filed_at": filed, "check_id": i, "reason": reason, "overridden_at": now}
+        for i in check_ids
+    ]
     await conn.execute(db.insert_new(preflight_overrides), rows)
     found = await conn.execute(
         update(preflight_tasks).where(preflight_tasks.c.task_id == task_id).values(next_check_at=None)
     )
     if not found.rowcount:
-        await conn.execute(db.insert_new(preflight_tasks).values(task_id=task_id, attempt=0))
+        await conn.execute(
+            db.insert_new(preflight_tasks).values(task_id=task_id, task_filed_at=filed, attempt=0)
+        )
 
 
 async def forget_overrides(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> None:
@@ -786,7 +817,7 @@ async def last_finished_of(
     for chunk in chunked(sorted(set(wanted))):
         latest = (
             select(
-                tasks,
+                *TASK_COLUMNS,
                 func.row_number()
                 .over(partition_by=(tasks.c.rack_id, tasks.c.operation), order_by=tasks.c.finished_at.desc())
                 .label("latest"),
@@ -799,7 +830,7 @@ async def last_finished_of(
             )
             .subquery()
         )
-        stmt = select(*(latest.c[column.name] for column in tasks.c)).where(latest.c.latest == 1)
+        stmt = select(*(latest.c[column.name] for column in TASK_COLUMNS)).where(latest.c.latest == 1)
         for row in await conn.execute(stmt):
             task = task_from_row(row)
             if (task.rack_id, task.operation.kind) in wanted:
@@ -812,7 +843,7 @@ async def last_finished(
 ) -> Task | None:
     """The rack's most recently finished other task of `operation`."""
     stmt = (
-        select(tasks)
+        select(*TASK_COLUMNS)
         .where(
             tasks.c.rack_id == rack_id,
             tasks.c.operation == operation.value,

@@ -281,7 +281,7 @@ def _drop_week_unless(
 
 async def keep_ahead(db: Database) -> list[str]:
     """`ensure_partitions` in a transaction of its own that waits briefly for its locks (an instance's
-    start-up and hourly rounds: `rackflow.retention.keep_run_weeks`); returns the names made."""
+    start-up and hourly rounds: `rackflow.retention.keep_weeks`); returns the names made."""
     if not db.is_postgres:
         return []
     async with db.transaction() as conn:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -54,6 +56,10 @@ HISTORY_STORAGE = {"fillfactor": 90}
 # queue's order and reads the pages of every task ended since the last VACUUM, which alone empties them
 # (10-13 ms a claim after 541,483 dead rows at full size, 0.48 ms after a VACUUM of 1.31 s); autovacuum's
 # defaults wait for a fifth of the table and may then leave the indexes alone (migration 0061).
+# The filing time of the tasks made before migration 0062 (`store.task_partitions.LONG_AGO`), the default
+# of the columns that hold it: what the release before it writes while a rolling upgrade keeps it serving.
+LONG_AGO_LITERAL = "'0001-01-01 00:00:00+00'"
+
 TASK_STORAGE = {
     "fillfactor": 70,
     "vacuum_index_cleanup": "on",
@@ -190,14 +196,23 @@ tasks = Table(
     # A start gate's refusal, written by the claim that consulted the gates (migration 0045; `Task.refusal`):
     # {"reason", "ends_as"}, which a takeover of the task ends it with instead of running it. NULL: none.
     Column("refusal", json_type(), nullable=True),
+    # When the task was filed, its partition key on PostgreSQL (migration 0062, `store.task_partitions`): a
+    # function of its id, LONG_AGO for the tasks made before it. Written alike on SQLite, never read there.
+    Column("filed_at", UTCDateTime, nullable=False, server_default=text(LONG_AGO_LITERAL)),
     CheckConstraint(
         "status IN ('pending', 'running', 'completed', 'failed', 'terminated', 'waiting')", name="status"
     ),
     ForeignKeyConstraint(["run_id"], ["task_schedule_run.id"], ondelete="SET NULL").ddl_if(dialect="sqlite"),
     # One task per rack per firing, whatever code path submits it (and the index the lost-connection
     # recovery looks a firing's tasks up by). A unique index rather than a table constraint, so that
-    # migration 0006 need not rebuild the table on SQLite.
-    Index("uq_tasks_run_id_rack_id", "run_id", "rack_id", unique=True),
+    # migration 0006 need not rebuild the table on SQLite. On PostgreSQL the partitioned table's holds the
+    # filing time, as a partitioned unique index must: a run's tasks are all filed at its id's millisecond
+    # (`store.task_partitions`), so it holds the same rule (migration 0062; the partition before the weeks
+    # keeps the index of (run_id, rack_id) too).
+    Index("uq_tasks_run_id_rack_id", "run_id", "rack_id", unique=True).ddl_if(dialect="sqlite"),
+    Index("uq_tasks_run_id_rack_id_filed_at", "run_id", "rack_id", "filed_at", unique=True).ddl_if(
+        dialect="postgresql"
+    ),
     Index("ix_tasks_rack_id_status", "rack_id", "status"),
     # A run's tasks by status, counted from the index alone (the runs grid, a run's page; migration 0024).
     Index("ix_tasks_run_id_status", "run_id", "status"),
@@ -245,7 +260,10 @@ tasks = Table(
         postgresql_where=text("owner_id IS NOT NULL"),
         sqlite_where=text("owner_id IS NOT NULL"),
     ),
-    postgresql_with=TASK_STORAGE,
+    # On PostgreSQL partitioned by week of `filed_at` (migration 0062, store/task_partitions.py; the
+    # partitions, each with its key on `id` and TASK_STORAGE, are not metadata). The parent has no key: one
+    # must hold `filed_at`.
+    postgresql_partition_by="RANGE (filed_at)",
 )
 
 # A schedule has an approval policy: its column holds one, neither SQL's NULL nor JSON's null (how a policy
@@ -675,22 +693,41 @@ preflight_checks = Table(
 
 # A task the pre-flight gate has held: rounds of checks done, when the next is due (NULL: now), the lease
 # of the checker doing one (`checking_until`), and an operator's override of its checks.
+# The five tables whose rows belong to a task: each carries its task's filing time, on PostgreSQL its
+# partition key (migration 0062, `store.task_partitions`: each week's partition references the tasks' week,
+# and the partition before the weeks the tasks' before them; the partitions are not metadata). SQLite keeps
+# the key to `tasks` on the table.
+
+
+def _task_filed_at() -> Column[datetime]:
+    return Column("task_filed_at", UTCDateTime, nullable=False, server_default=text(LONG_AGO_LITERAL))
+
+
+def _task_key() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(["task_id"], ["tasks.id"], ondelete="CASCADE").ddl_if(dialect="sqlite")
+
+
 preflight_tasks = Table(
     "preflight_tasks",
     metadata,
-    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("task_id", Uuid, primary_key=True),
+    _task_filed_at(),
+    _task_key(),
     Column("attempt", Integer, nullable=False),
     Column("next_check_at", UTCDateTime, nullable=True),
     Column("checking_until", UTCDateTime, nullable=True),
     Column("override_reason", Text, nullable=True),
     Column("overridden_at", UTCDateTime, nullable=True),
+    postgresql_partition_by="RANGE (task_filed_at)",
 )
 
 # What each round of a task's checks found, by check (its name kept: the check may be deleted since).
 preflight_results = Table(
     "preflight_results",
     metadata,
-    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("task_id", Uuid, primary_key=True),
+    _task_filed_at(),
+    _task_key(),
     Column("check_id", Uuid, primary_key=True),
     Column("attempt", Integer, primary_key=True),
     Column("check_name", String(255), nullable=False),
@@ -698,6 +735,7 @@ preflight_results = Table(
     Column("reason", Text, nullable=False),
     Column("checked_at", UTCDateTime, nullable=False),
     Column("recheck_at", UTCDateTime, nullable=False),
+    postgresql_partition_by="RANGE (task_filed_at)",
 )
 
 # Every ended attempt of a task with retries (migration 0020, docs/SAFETY.md): when it ran, how it ended,
@@ -705,13 +743,16 @@ preflight_results = Table(
 task_attempt = Table(
     "task_attempt",
     metadata,
-    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("task_id", Uuid, primary_key=True),
+    _task_filed_at(),
+    _task_key(),
     Column("attempt", Integer, primary_key=True),
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=False),
     Column("status", String(16), nullable=False),
     Column("message", Text, nullable=False, server_default=""),
     Column("retryable", Boolean, nullable=False, server_default=text("false")),
+    postgresql_partition_by="RANGE (task_filed_at)",
 )
 
 # What a step recorded before it acted, for a run that takes its task over to read back (migration 0043,
@@ -721,10 +762,13 @@ task_attempt = Table(
 task_step_state = Table(
     "task_step_state",
     metadata,
-    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("task_id", Uuid, primary_key=True),
+    _task_filed_at(),
+    _task_key(),
     Column("attempt", Integer, primary_key=True),
     Column("component_id", Uuid, primary_key=True),
     Column("recorded", json_type(), nullable=False),
+    postgresql_partition_by="RANGE (task_filed_at)",
 )
 
 # One check an operator overrode for one task (the override of all its checks is on `preflight_tasks`;
@@ -733,10 +777,13 @@ task_step_state = Table(
 preflight_overrides = Table(
     "preflight_overrides",
     metadata,
-    Column("task_id", Uuid, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("task_id", Uuid, primary_key=True),
+    _task_filed_at(),
+    _task_key(),
     Column("check_id", Uuid, primary_key=True),
     Column("reason", Text, nullable=False),
     Column("overridden_at", UTCDateTime, nullable=False),
+    postgresql_partition_by="RANGE (task_filed_at)",
 )
 
 # Who changed what, when, with what outcome: one row per action, written after it (rackflow/audit/trail.py).

@@ -30,6 +30,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -54,9 +55,11 @@ from rackflow.store.dialect import for_update, walking_in_order
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import components, task_attempt, task_step_state, tasks, window_decisions_owed
+from rackflow.store.task_partitions import filed_at, live_floor, of_tasks
 from rackflow.store.tasks import (
     NOT_HELD,
     OLDEST_FIRST,
+    TASK_COLUMNS,
     hold_values,
     is_active,
     refusal_json,
@@ -99,6 +102,8 @@ async def pick(
         "room": limit,
         **lease_params(db, lease_ttl),
     }
+    if (weeks := await live_floor(conn)) is not None:
+        params["filed_before"], params["live_since"] = weeks
     async with walking_in_order(conn):  # the live queue in its order, whatever the statistics say
         picked = await conn.execute(_pick_statement(db), params)
     return [(task_from_row(r), r.attempts + 1) for r in picked]
@@ -124,7 +129,9 @@ async def start(
         firsts = {task.id: messages[task.id] for task, _ in chunk if task.id in messages}
         if firsts:
             values["message"] = _per_task(firsts, else_=tasks.c.message)
-        stmt = update(tasks).where(tasks.c.id.in_([task.id for task, _ in chunk])).values(values)
+        ids = [task.id for task, _ in chunk]
+        named = of_tasks(conn.dialect.name, tasks.c.filed_at, ids)
+        stmt = update(tasks).where(tasks.c.id.in_(ids), named).values(values)
         rows = await conn.execute(stmt.returning(*_STARTED), {"claimer": owner_id, "claimed_at": now})
         by_id = {row.id: row for row in rows}
         started.extend((_started(task, by_id[task.id]), number) for task, number in chunk)
@@ -207,10 +214,18 @@ def _pick_statement(db: Database) -> Select[Any]:
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose
     # own heartbeat lapsed must not start a second run of its own task.
     not_running_here = tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type))
+    # On PostgreSQL, the partitions that can hold a live task (`task_partitions.live_floor`).
+    filing: ColumnElement[bool] = true()
+    if db.is_postgres:
+        filed = tasks.c.filed_at
+        filing = or_(
+            filed < bindparam("filed_before", type_=filed.type),
+            filed >= bindparam("live_since", type_=filed.type),
+        )
     stmt = db.skip_locked(
-        select(tasks)
+        select(*TASK_COLUMNS)
         # `is_active` adds nothing to the branches but the partial index's predicate, for SQLite to use it.
-        .where(is_active(tasks.c.status), or_(due, orphaned, forgotten), not_running_here)
+        .where(is_active(tasks.c.status), or_(due, orphaned, forgotten), not_running_here, filing)
         .order_by(*OLDEST_FIRST)
         .limit(bindparam("room", type_=Integer()))
     )
@@ -226,9 +241,15 @@ async def mark_running(
     await conn.execute(stmt, {"claimer": owner_id, "claimed_at": now})
 
 
-def _held_running(task_ids: Sequence[uuid.UUID], owner_id: uuid.UUID) -> ColumnElement[bool]:
+def _held_running(
+    conn: AsyncConnection, task_ids: Sequence[uuid.UUID], owner_id: uuid.UUID
+) -> ColumnElement[bool]:
+    """These tasks, RUNNING under `owner_id`; named by their partitions (`task_partitions.of_tasks`)."""
     return and_(
-        tasks.c.id.in_(task_ids), tasks.c.owner_id == owner_id, tasks.c.status == TaskStatus.RUNNING.value
+        tasks.c.id.in_(task_ids),
+        of_tasks(conn.dialect.name, tasks.c.filed_at, task_ids),
+        tasks.c.owner_id == owner_id,
+        tasks.c.status == TaskStatus.RUNNING.value,
     )
 
 
@@ -249,7 +270,7 @@ async def fence(
     held: set[uuid.UUID] = set()
     for chunk in chunked(task_ids):
         stmt = for_update(
-            conn.dialect.name, select(tasks.c.id).where(_held_running(chunk, owner_id)), keys_kept=True
+            conn.dialect.name, select(tasks.c.id).where(_held_running(conn, chunk, owner_id)), keys_kept=True
         )
         held.update((await conn.execute(stmt)).scalars())
     return held
@@ -264,7 +285,7 @@ async def record_progress(
     for chunk in chunked(messages, _CASE_CHUNK):
         result = await conn.execute(
             update(tasks)
-            .where(_held_running(chunk, owner_id))
+            .where(_held_running(conn, chunk, owner_id))
             .values(message=_per_task({i: messages[i] for i in chunk}), updated_at=now)
             .returning(tasks.c.id)
         )
@@ -286,7 +307,7 @@ async def finish(
     for chunk in chunked(outcomes, _CASE_CHUNK):
         result = await conn.execute(
             update(tasks)
-            .where(_held_running(chunk, owner_id))
+            .where(_held_running(conn, chunk, owner_id))
             .values(
                 status=_per_task({i: outcomes[i][0].value for i in chunk}),
                 message=_per_task({i: outcomes[i][1] for i in chunk}),
@@ -316,7 +337,7 @@ async def retry_later(
     for task_id, (at, reason) in retries.items():
         result = await conn.execute(
             update(tasks)
-            .where(_held_running([task_id], owner_id))
+            .where(_held_running(conn, [task_id], owner_id))
             .values(
                 status=TaskStatus.PENDING.value,
                 owner_id=None,
@@ -346,6 +367,7 @@ async def record_attempts(conn: AsyncConnection, attempts: Sequence[TaskAttempt]
         [
             {
                 "task_id": a.task_id,
+                "task_filed_at": filed_at(a.task_id),
                 "attempt": a.attempt,
                 "started_at": a.started_at,
                 "finished_at": a.finished_at,
@@ -426,6 +448,7 @@ async def record_steps(
         await conn.execute(
             delete(task_step_state).where(
                 task_step_state.c.task_id == record.task_id,
+                of_tasks(conn.dialect.name, task_step_state.c.task_filed_at, [record.task_id]),
                 task_step_state.c.attempt == record.attempt,
                 task_step_state.c.component_id == record.component_id,
             )
@@ -436,6 +459,7 @@ async def record_steps(
             [
                 {
                     "task_id": r.task_id,
+                    "task_filed_at": filed_at(r.task_id),
                     "attempt": r.attempt,
                     "component_id": r.component_id,
                     "recorded": dict(r.values),
@@ -452,7 +476,8 @@ async def steps_of(
     """What the steps of these tasks' attempts (task id -> attempt) recorded, by task and component."""
     found: dict[uuid.UUID, dict[uuid.UUID, Mapping[str, str]]] = defaultdict(dict)
     for chunk in chunked(attempts):
-        rows = await conn.execute(select(task_step_state).where(task_step_state.c.task_id.in_(chunk)))
+        named = of_tasks(conn.dialect.name, task_step_state.c.task_filed_at, chunk)
+        rows = await conn.execute(select(task_step_state).where(task_step_state.c.task_id.in_(chunk), named))
         for row in rows:
             if row.attempt == attempts[row.task_id]:
                 found[row.task_id][row.component_id] = row.recorded
@@ -488,7 +513,7 @@ async def hold_back(
         for chunk in chunked(task_ids):
             await conn.execute(
                 update(tasks)
-                .where(_held_running(chunk, owner_id))
+                .where(_held_running(conn, chunk, owner_id))
                 .values(
                     status=TaskStatus.PENDING.value,
                     owner_id=None,

@@ -9,6 +9,7 @@ until its executor has stopped, so nothing conflicting starts on the hardware be
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
@@ -46,7 +47,7 @@ from rackflow.domain.tasks import (
 )
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
-from rackflow.store import kept_counts
+from rackflow.store import kept_counts, task_partitions
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
 from rackflow.store.dialect import POSTGRESQL, SQLITE, by_keys, in_keys, insert_rows, skip_locked
 from rackflow.store.instances import is_live
@@ -58,6 +59,9 @@ from rackflow.store.types import UTCDateTime
 
 _BLOCKING = (TaskStatus.PENDING, TaskStatus.RUNNING)
 OLDEST_FIRST = (tasks.c.created_at, tasks.c.id)
+# A task's row as its reads take it: all but its filing time, which only places it in its partition
+# (`store.task_partitions`) and which no read needs.
+TASK_COLUMNS: tuple[ColumnElement[Any], ...] = tuple(c for c in tasks.c if c is not tasks.c.filed_at)
 
 
 def status_in(status: ColumnElement[str], *statuses: TaskStatus) -> ColumnElement[bool]:
@@ -113,7 +117,7 @@ def unclaimed(conn: AsyncConnection, *conditions: ColumnElement[bool]) -> Column
     return tasks.c.id.in_(skip_locked(conn.dialect.name, select(tasks.c.id).where(*conditions)))
 
 
-def task_from_row(row: Row[Any]) -> Task:
+def task_from_row(row: Row[*tuple[Any, ...]]) -> Task:
     return Task(
         id=row.id,
         operation=Operation.from_json(row.parameters),
@@ -173,6 +177,7 @@ def _task_values(task: Task) -> dict[str, Any]:
         "retry": task.retry.to_json() if task.retry is not None else None,
         "attempt": task.attempt,
         "attempt_started_at": task.attempt_started_at,
+        "filed_at": task_partitions.filed_at(task.id),
     }
 
 
@@ -200,6 +205,7 @@ async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
     a (run, rack) is refused by the database, whatever submitted it, as `AlreadyExists` naming the run."""
     if not new:
         return
+    await task_partitions.ensure_weeks_for(conn, [t.id for t in new])
     try:
         await conn.execute(*insert_rows(conn.dialect.name, tasks, [_task_values(t) for t in new]))
     except IntegrityError:
@@ -238,7 +244,7 @@ async def attempts(
 # The statements of a submit's lookups by key, built once (`dialect.by_keys` reuses what it builds from each).
 _RACK_NAMES = select(racks.c.id, racks.c.name)
 # A rack's blocking or waiting tasks: every active task, and cancelled ones still held.
-_LIVE_TASKS = select(tasks).where(is_live_on_rack(tasks))
+_LIVE_TASKS = select(*TASK_COLUMNS).where(is_live_on_rack(tasks))
 
 
 async def lock_racks(
@@ -272,7 +278,7 @@ async def blocking_tasks(conn: AsyncConnection, rack_ids: Iterable[uuid.UUID]) -
     """Per rack, the tasks a new task is checked against: PENDING, RUNNING, and still-held cancelled ones."""
     by_rack: dict[uuid.UUID, list[Task]] = defaultdict(list)
     for chunk in chunked(set(rack_ids)):
-        stmt = select(tasks).where(tasks.c.rack_id.in_(chunk), blocks(tasks)).order_by(*OLDEST_FIRST)
+        stmt = select(*TASK_COLUMNS).where(tasks.c.rack_id.in_(chunk), blocks(tasks)).order_by(*OLDEST_FIRST)
         for task in await _tasks_where(conn, stmt):
             by_rack[task.rack_id].append(task)
     return by_rack
@@ -306,7 +312,7 @@ async def waiting_tasks(
     by_rack: dict[uuid.UUID, list[Task]] = defaultdict(list)
     for chunk in chunked(rack_ids):
         stmt = (
-            select(tasks)
+            select(*TASK_COLUMNS)
             .where(tasks.c.rack_id.in_(chunk), tasks.c.status == TaskStatus.WAITING.value)
             .order_by(*OLDEST_FIRST)
         )
@@ -316,7 +322,8 @@ async def waiting_tasks(
 
 
 async def get_task(conn: AsyncConnection, task_id: uuid.UUID, *, lock: Database | None = None) -> Task | None:
-    stmt = select(tasks).where(tasks.c.id == task_id)
+    named = task_partitions.of_tasks(conn.dialect.name, tasks.c.filed_at, [task_id])
+    stmt = select(*TASK_COLUMNS).where(tasks.c.id == task_id, named)
     found = await _tasks_where(conn, lock.for_update(stmt) if lock else stmt)
     return found[0] if found else None
 
@@ -325,7 +332,10 @@ async def get_tasks(conn: AsyncConnection, task_ids: Sequence[uuid.UUID]) -> lis
     """The tasks that exist, in any order."""
     found: list[Task] = []
     for chunk in chunked(set(task_ids)):
-        found += await _tasks_where(conn, select(tasks).where(in_keys(conn.dialect.name, tasks.c.id, chunk)))
+        named = task_partitions.of_tasks(conn.dialect.name, tasks.c.filed_at, chunk)
+        found += await _tasks_where(
+            conn, select(*TASK_COLUMNS).where(in_keys(conn.dialect.name, tasks.c.id, chunk), named)
+        )
     return found
 
 
@@ -391,7 +401,7 @@ async def list_tasks(
     where = and_(True, *conditions, *([tasks.c.status.in_(status_values)] if statuses else []))
     total = await count_capped(conn, tasks, [where])
     matching = (
-        select(tasks)
+        select(*TASK_COLUMNS)
         .where(where, *after_key(TASK_ORDER, after, descending=True))
         .order_by(*NEWEST_FIRST)
         .offset(offset)
@@ -405,7 +415,7 @@ async def list_tasks(
         page_ids = _newest_of_each_status(conditions, each_status, after, offset, limit)
     else:
         page_ids = matching.with_only_columns(tasks.c.id).limit(limit).correlate(None)
-    page = select(tasks).where(tasks.c.id.in_(page_ids)).order_by(*NEWEST_FIRST)
+    page = select(*TASK_COLUMNS).where(tasks.c.id.in_(page_ids)).order_by(*NEWEST_FIRST)
     return await _tasks_where(conn, page), total
 
 
@@ -472,7 +482,7 @@ async def status_counts(conn: AsyncConnection, *, created_since: datetime) -> di
 async def failed_since(conn: AsyncConnection, *, created_since: datetime, limit: int) -> list[Task]:
     """FAILED tasks created since `created_since`, newest first, at most `limit`."""
     stmt = (
-        select(tasks)
+        select(*TASK_COLUMNS)
         .where(tasks.c.created_at >= created_since, tasks.c.status == TaskStatus.FAILED.value)
         .order_by(tasks.c.created_at.desc(), tasks.c.id.desc())
         .limit(limit)
@@ -489,7 +499,9 @@ async def held_tasks(conn: AsyncConnection, *, now: datetime, limit: int) -> tup
         or_(tasks.c.not_before > now, window_start > now.astimezone(UTC).isoformat()),
     )
     total = (await conn.execute(select(func.count()).select_from(tasks).where(where))).scalar_one()
-    stmt = select(tasks).where(where).order_by(tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit)
+    stmt = (
+        select(*TASK_COLUMNS).where(where).order_by(tasks.c.created_at.desc(), tasks.c.id.desc()).limit(limit)
+    )
     return await _tasks_where(conn, stmt), total
 
 
@@ -548,7 +560,7 @@ async def deferred_tasks(
     first."""
     run, schedule = task_schedule_run.c, task_schedule.c
     stmt = (
-        select(tasks, run.trigger, schedule.window_policy)
+        select(*TASK_COLUMNS, run.trigger, schedule.window_policy)
         .join(task_schedule_run, run.id == tasks.c.run_id)
         .join(task_schedule, schedule.id == run.schedule_id)
         .where(_not_started())
@@ -685,7 +697,7 @@ async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> se
     return set(rows.scalars())
 
 
-def prune_finished_tasks(
+async def prune_finished_tasks(
     db: Database, retention: timedelta, *, chunk: int = PRUNE_CHUNK
 ) -> AsyncGenerator[int, None]:
     """`--task-retention`: delete the tasks that ended (completed, failed, terminated) longer than
@@ -700,24 +712,56 @@ def prune_finished_tasks(
       failed: a long bake would otherwise halt the rollout on its canary's pruned task.
     The horizon of the runs whose kept task counts stay true is raised to the cutoff first
     (`kept_counts.raise_horizon`).
+
+    PostgreSQL (partitioned by week of their filing time, `store.task_partitions`): drop each week all older
+    than the retention that holds no kept task (one short transaction each, its attempts, step records and
+    pre-flight rows with it), then delete in batches only the old tasks before the weeks still kept (the
+    partition before the weeks, and a past week that had to stay). SQLite: delete in batches, oldest first.
     """
     ended = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.TERMINATED)
     run = task_schedule_run.c
     of_live_rollout = (
         select(run.id).where(run.id == tasks.c.run_id, run.state.in_(ROLLOUT_LIVE_STATES)).exists()
     )
-    return prune_older(
-        db,
-        tasks,
-        retention,
-        older=lambda cutoff: and_(
+    floor: datetime | None = None
+    if db.is_postgres:
+        async with db.read() as conn:
+            now = await db.now(conn)
+            cutoff = now - retention
+            past = await conn.run_sync(task_partitions.past_weeks, min(cutoff, now - task_partitions.RECENT))
+        if past:
+            async with db.transaction() as conn:
+                await kept_counts.raise_horizon(conn, cutoff)
+        for week in past:
+            async with db.transaction() as conn:
+                dropped = await conn.run_sync(task_partitions.drop_week, week, cutoff)
+            if dropped:
+                yield dropped
+        async with db.read() as conn:
+            floor = await conn.run_sync(task_partitions.kept_floor, cutoff)
+
+    def older(cutoff: datetime) -> ColumnElement[bool]:
+        conditions = [
             tasks.c.created_at < cutoff,
             tasks.c.finished_at < cutoff,
             status_in(tasks.c.status, *ended),
             tasks.c.owner_id.is_(None),
             ~of_live_rollout,
-        ),
+        ]
+        if floor is not None:  # before the weeks kept whole
+            conditions.append(tasks.c.filed_at < floor)
+        return and_(*conditions)
+
+    chunks = prune_older(
+        db,
+        tasks,
+        retention,
+        older=older,
         order_by=OLDEST_FIRST,
         chunk=chunk,
+        narrow=floor is not None,
         before=kept_counts.raise_horizon,
     )
+    async with contextlib.aclosing(chunks):
+        async for deleted in chunks:
+            yield deleted

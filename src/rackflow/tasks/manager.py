@@ -35,7 +35,7 @@ from rackflow.domain.tasks import (
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound, RackflowError
 from rackflow.frozen import quick_init
-from rackflow.ids import new_id
+from rackflow.ids import id_beside
 from rackflow.inventory.targets import resolve_targets
 from rackflow.metrics import TASKS_FINISHED
 from rackflow.store import checks as preflight
@@ -211,7 +211,7 @@ class _RackState:
                 status = TaskStatus.WAITING
             planned.append(
                 Task(
-                    id=new_id(),
+                    id=id_beside(submission.run_id),  # filed in its run's week
                     operation=operation,
                     rack_id=rack_id,
                     component_ids=tuple(c.id for c in chosen),

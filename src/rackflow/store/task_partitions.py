@@ -1,0 +1,326 @@
+"""The tasks' partitions on PostgreSQL (migration 0062): `tasks` is partitioned by RANGE (filed_at), one
+partition a week, and the five tables that reference a task (`CHILDREN`) alike by `task_filed_at`, so
+retention drops a week of tasks, with their attempts, step records and pre-flight rows, instead of deleting
+them row by row (docs/PERFORMANCE.md, "The tasks' partitions by filing time").
+
+**The filing time is a function of the task's id** (`filed_at`): the millisecond of a version 7 id, and
+LONG_AGO for any other id (the random ids of tasks made before rackflow's ids were time-ordered). A
+run's tasks are minted at their run id's millisecond (`ids.id_beside`; a dispatched run's id is its
+slot's), so every task of a run, whichever path submits it and whenever (a rollout's later wave, a
+window's deferral), is filed in one week, and the partitioned unique index on (run_id, rack_id,
+filed_at) holds "one task per rack per firing" as the flat table's (run_id, rack_id) did. A manual
+task's id is minted at its creation.
+
+* **The table the migration found is the partition before the weeks**, `tasks_before`, [MINVALUE, BOUND),
+  kept whole with its rows, its key and its unique (run_id, rack_id) index; each child's old table is its
+  `…_before` partition, with its key to `tasks_before`. Its rows were filed at LONG_AGO (the column's
+  default), as is whatever the release before 0062 writes while a rolling upgrade keeps it serving: that
+  release must be gone by BOUND, a Monday a week or more after the migration (the weeks' first; on a
+  database with no task and no run, the Monday of the migration's week), so a run's tasks are never split
+  between the partition before and a week.
+* **Each week's children reference the tasks' week** (`ON DELETE CASCADE`, as before): a key to the
+  partitioned tasks would cost every step record a look over the partitions (4x the CPU, measured). A
+  week is six tables, made together (`add_week`: each made apart and attached, so the drain goes on) and
+  dropped together, the children first.
+* **Weeks are made** LOOKAHEAD ahead by every instance (at start-up and hourly: `keep_ahead`) and by the
+  migration, and at once for a task filed in a week that has none (`ensure_weeks_for`, in the insert's
+  transaction): a late firing whose week was dropped, a clock weeks ahead. **Weeks are dropped** by the
+  task retention (`drop_week`) once all of their range is past it and none of their tasks is one the prune
+  keeps; the partition before, and a week that must stay, are deleted in batches as before.
+* **A statement naming tasks by id names their partitions** (`of_tasks`): the filing times of those ids,
+  and LONG_AGO for the rows filed before 0062. Without it PostgreSQL probes every week's key.
+
+SQLite keeps flat tables with the same columns (written alike, never read for routing); nothing else here
+applies to it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Collection, Iterable
+from datetime import UTC, datetime, timedelta
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import ColumnElement, Connection, Engine, Table, any_, bindparam, text, true
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from rackflow.ids import time_of
+from rackflow.store.audit_partitions import (
+    PERIOD,
+    Partition,
+    bound_literal,
+    partitions,
+    period_start,
+    wait_briefly,
+)
+from rackflow.store.audit_partitions import is_partitioned as _is_partitioned
+from rackflow.store.db import Database
+from rackflow.store.tables import (
+    TASK_STORAGE,
+    preflight_overrides,
+    preflight_results,
+    preflight_tasks,
+    task_attempt,
+    task_step_state,
+    tasks,
+)
+
+# Where a task of an id that tells no time is filed, and every task the migration found.
+LONG_AGO = datetime(1, 1, 1, tzinfo=UTC)
+PARENT = tasks.name
+# The tables whose rows belong to a task, partitioned by their task's filing time (`task_filed_at`).
+CHILDREN: tuple[Table, ...] = (
+    task_attempt,
+    task_step_state,
+    preflight_tasks,
+    preflight_results,
+    preflight_overrides,
+)
+# The partitions the migration made of the tables it found.
+BEFORE_SUFFIX = "_before"
+# Made this far ahead: two weeks of every instance's rounds failing pass before a task's week is made
+# in its insert's transaction.
+LOOKAHEAD = timedelta(days=14)
+# A week is dropped only once all of it is this far behind (and past the retention), so a task filed
+# within this of now always finds its week without asking the catalog.
+RECENT = timedelta(days=7)
+# Held by each transaction that makes or drops a week of tasks (pg_advisory_xact_lock).
+_PARTITIONS_LOCK = 7_262_532_062
+
+
+def filed_at(task_id: uuid.UUID) -> datetime:
+    """The task's filing time, its partition key: the millisecond its id was minted at, LONG_AGO for an
+    id that tells none."""
+    return time_of(task_id) or LONG_AGO
+
+
+def of_tasks(
+    dialect: str, column: ColumnElement[datetime], task_ids: Iterable[uuid.UUID]
+) -> ColumnElement[bool]:
+    """The condition on a filing column (`tasks.c.filed_at`, a child's `task_filed_at`) that bounds a
+    statement naming these tasks by id to their partitions: their filing times, and LONG_AGO for a task
+    filed before migration 0062 whatever its id. One array parameter, so the text does not depend on the
+    number of tasks; PostgreSQL prunes to those partitions when it plans with the values. TRUE on SQLite."""
+    if dialect != "postgresql":
+        return true()
+    values = sorted({LONG_AGO, *map(filed_at, task_ids)})
+    return column == any_(bindparam(f"{column.name}_of_tasks", values, type_=ARRAY(column.type)))
+
+
+def partition_name(table: str, start: datetime) -> str:
+    return f"{table}_p{start:%Y%m%d}"
+
+
+def is_partitioned(conn: Connection) -> bool:
+    """Whether the tasks are partitioned here (PostgreSQL from migration 0062 on)."""
+    return _is_partitioned(conn, PARENT)
+
+
+def weeks(conn: Connection) -> list[Partition]:
+    """The tasks' weeks, oldest first (the partition before them left out)."""
+    return [p for p in partitions(conn, PARENT) if p.lower is not None]
+
+
+def first_week(conn: Connection) -> datetime | None:
+    """BOUND: where the weeks begin (the upper bound of the partition before them); None where the tasks
+    are not partitioned."""
+    if not is_partitioned(conn):
+        return None
+    return next((p.upper for p in partitions(conn, PARENT) if p.lower is None), None)
+
+
+def _lock(conn: Connection) -> None:
+    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PARTITIONS_LOCK})
+
+
+def add_week(conn: Connection, start: datetime) -> None:
+    """The six partitions of the week from `start`, the tasks' first: each made apart, with its key (the
+    parents have none: a key must hold the filing time), and attached (a SHARE UPDATE EXCLUSIVE lock on its
+    parent, which reads and writes do not wait for; CREATE TABLE … PARTITION OF would take an ACCESS
+    EXCLUSIVE one). A child's week references the tasks' week."""
+    bounds = f"FOR VALUES FROM ({bound_literal(start)}) TO ({bound_literal(start + PERIOD)})"
+    week = partition_name(PARENT, start)
+    for table in (tasks, *CHILDREN):
+        name = partition_name(table.name, start)
+        key = ", ".join(column.name for column in table.primary_key.columns)
+        parts = [
+            f"LIKE {table.name} INCLUDING DEFAULTS INCLUDING CONSTRAINTS",
+            f"CONSTRAINT {name}_pkey PRIMARY KEY ({key})",
+        ]
+        storage = ""
+        if table is tasks:
+            storage = " WITH (" + ", ".join(f"{k} = {v}" for k, v in TASK_STORAGE.items()) + ")"
+        else:
+            references = f"REFERENCES {week} (id) ON DELETE CASCADE"
+            parts.append(f"CONSTRAINT {name}_task_id_fkey FOREIGN KEY (task_id) {references}")
+        conn.execute(text(f"CREATE TABLE {name} ({', '.join(parts)}){storage}"))
+        conn.execute(text(f"ALTER TABLE {table.name} ATTACH PARTITION {name} {bounds}"))
+
+
+def make_weeks(conn: Connection, starts: Iterable[datetime]) -> list[str]:
+    """The weeks of `starts` that have none yet (under the partitions' lock), made; their names."""
+    _lock(conn)
+    existing = {p.lower for p in weeks(conn)}
+    made: list[str] = []
+    for start in sorted(set(starts) - existing):
+        add_week(conn, start)
+        made.append(partition_name(PARENT, start))
+    return made
+
+
+def ensure_partitions(conn: Connection, now: datetime) -> list[str]:
+    """Make every week from `now`'s to LOOKAHEAD later (none before the first week) that has none, in the
+    caller's transaction; returns the tasks' names of those made."""
+    bound = first_week(conn)
+    if bound is None:
+        return []
+    start, starts = max(bound, period_start(now)), []
+    while start <= now + LOOKAHEAD:
+        starts.append(start)
+        start += PERIOD
+    made = make_weeks(conn, starts)
+    _known_weeks(conn.engine).update(starts)
+    return made
+
+
+async def keep_ahead(db: Database) -> list[str]:
+    """`ensure_partitions` in a transaction of its own that waits briefly for its locks (an instance's
+    start-up and hourly rounds: `rackflow.retention.keep_weeks`); returns the names made."""
+    if not db.is_postgres:
+        return []
+    async with db.transaction() as conn:
+        await conn.run_sync(wait_briefly)
+        now = await db.now(conn)
+        made: list[str] = await conn.run_sync(ensure_partitions, now)
+        return made
+
+
+# Per engine: the weeks known to exist from RECENT ago on (none of them is dropped), so that a task filed
+# in one asks the catalog nothing; and BOUND, read once (the migration sets it, nothing changes it).
+_known: WeakKeyDictionary[Engine, set[datetime]] = WeakKeyDictionary()
+_bounds: WeakKeyDictionary[Engine, datetime | None] = WeakKeyDictionary()
+
+
+def _known_weeks(engine: Engine) -> set[datetime]:
+    return _known.setdefault(engine, set())
+
+
+async def ensure_weeks_for(conn: AsyncConnection, task_ids: Collection[uuid.UUID]) -> list[str]:
+    """Before these tasks (or rows of theirs) are inserted, in the caller's transaction: make the weeks
+    they are filed in that have no partition (a task whose week has none is refused). A week known to
+    exist from RECENT ago on costs nothing; an older one (it may have been dropped: a late firing of a slot
+    past the retention) is looked up in the catalog each time. Returns the tasks' names of the weeks made."""
+    if conn.dialect.name != "postgresql":
+        return []
+    engine = conn.sync_engine
+    if engine not in _bounds:
+        _bounds[engine] = await conn.run_sync(first_week)
+    bound = _bounds[engine]
+    if bound is None:
+        return []
+    recent = period_start(datetime.fromtimestamp(time.time(), UTC) - RECENT)
+    known = _known_weeks(engine)
+    needed = {period_start(at) for at in map(filed_at, task_ids) if at >= bound}
+    _lower_floor(engine, needed)
+    missing = {start for start in needed if start < recent or start not in known}
+    if not missing:
+        return []
+    made: list[str] = await conn.run_sync(make_weeks, missing)
+    known.update(start for start in missing if start >= recent)
+    return made
+
+
+# --- the claim's weeks ---------------------------------------------------------------------------------
+
+# How long a claim's floor (`live_floor`) is used before it is read again.
+FLOOR_EVERY_S = 60.0
+# Per engine: (when it was read, on the monotonic clock; the floor).
+_floors: WeakKeyDictionary[Engine, tuple[float, datetime]] = WeakKeyDictionary()
+_OLDEST_LIVE = text(
+    "SELECT min(filed_at) FROM tasks WHERE filed_at >= :bound AND status IN ('pending', 'running', 'waiting')"
+)
+
+
+async def live_floor(conn: AsyncConnection) -> tuple[datetime, datetime] | None:
+    """(BOUND, floor): the executor's claim reads the partition before the weeks (filed before BOUND) and the
+    weeks from the floor on, the start of the oldest week that holds a live task or of the week RECENT ago,
+    whichever is older, where it planned and probed every week kept (9.8 ms of planning at a year of weeks
+    against 0.7, docs/PERFORMANCE.md). Read at most every FLOOR_EVERY_S; a task this process files earlier
+    lowers it at once (`ensure_weeks_for`), and one another instance files in a week that old (a firing more
+    than a week late) is claimed here within FLOOR_EVERY_S, by that instance at once. None on SQLite."""
+    if conn.dialect.name != "postgresql":
+        return None
+    engine = conn.sync_engine
+    if engine not in _bounds:
+        _bounds[engine] = await conn.run_sync(first_week)
+    bound = _bounds[engine]
+    if bound is None:
+        return None
+    cached = _floors.get(engine)
+    if cached is None or time.monotonic() - cached[0] >= FLOOR_EVERY_S:
+        recent = datetime.fromtimestamp(time.time(), UTC) - RECENT
+        oldest: datetime | None = await conn.scalar(_OLDEST_LIVE, {"bound": bound})
+        floor = period_start(min(oldest or recent, recent))
+        cached = _floors[engine] = (time.monotonic(), floor)
+    return bound, cached[1]
+
+
+def _lower_floor(engine: Engine, starts: Collection[datetime]) -> None:
+    """Tasks about to be filed in the weeks of `starts`: a claim here reads them from now on."""
+    cached = _floors.get(engine)
+    if cached is not None and starts and min(starts) < cached[1]:
+        _floors[engine] = (cached[0], min(starts))
+
+
+# --- retention ---------------------------------------------------------------------------------------
+
+# A week is dropped only when, under its lock, none of its tasks is one the prune keeps: not ended, or
+# ended or made since the cutoff, held by an executor, or of a live rollout (`tasks.prune_finished_tasks`).
+_DROPPABLE = """
+SELECT NOT EXISTS (
+    SELECT FROM {week} t
+    WHERE t.status NOT IN ('completed', 'failed', 'terminated')
+       OR t.created_at >= :cutoff OR t.finished_at IS NULL OR t.finished_at >= :cutoff
+       OR t.owner_id IS NOT NULL
+) AND NOT EXISTS (
+    SELECT FROM {week} t JOIN task_schedule_run_live l ON l.run_id = t.run_id AND l.kind = 'rollout'
+)
+"""
+
+
+def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
+    """The weeks all of whose range is older than `cutoff`, oldest first: those `drop_week` may drop."""
+    if not is_partitioned(conn):
+        return []
+    return [p for p in weeks(conn) if p.upper is not None and p.upper <= cutoff]
+
+
+def drop_week(conn: Connection, week: Partition, cutoff: datetime) -> int | None:
+    """Drop the six partitions of `week` (in the caller's transaction, which should do nothing else), the
+    children first, if none of its tasks is kept (above); returns how many tasks it held, counted just
+    before; None when it must stay (its tasks are then deleted in batches) or another instance dropped it.
+    The tasks are locked first (DROP would lock them last), as every writer locks them before their
+    children: a reader of the tasks waiting for the week's lock would otherwise deadlock with it."""
+    wait_briefly(conn)
+    _lock(conn)
+    if conn.execute(text("SELECT to_regclass(:p) IS NULL"), {"p": week.name}).scalar_one():
+        return None
+    conn.execute(text(f"LOCK TABLE {PARENT} IN ACCESS EXCLUSIVE MODE"))
+    if not conn.execute(text(_DROPPABLE.format(week=week.name)), {"cutoff": cutoff}).scalar_one():
+        return None
+    rows = int(conn.execute(text(f"SELECT count(*) FROM {week.name}")).scalar_one())
+    assert week.lower is not None
+    for table in (*CHILDREN, tasks):
+        conn.execute(text(f"DROP TABLE {partition_name(table.name, week.lower)}"))
+    return rows
+
+
+def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
+    """Where the batched delete stops: the start of the oldest week not all older than `cutoff` (a task of
+    a week from there on goes with its week); None: no weeks."""
+    if not is_partitioned(conn):
+        return None
+    lowers = [p.lower for p in weeks(conn) if p.lower is not None and (p.upper is None or p.upper > cutoff)]
+    return min(lowers, default=None)

@@ -1,0 +1,195 @@
+"""The tasks' partitions on PostgreSQL (`store.task_partitions`, migration 0062): a task is filed in the week
+its id tells, with its rows in the five tables that reference it; a week with no partition is made in the
+insert's transaction; the keeper makes the coming weeks; the task retention drops a past week whole, children
+first, unless it holds a task the prune keeps, and deletes the rest in batches."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Connection, insert, select, text
+
+from rackflow.domain.tasks import Operation, Task, TaskStatus
+from rackflow.ids import id_at_time
+from rackflow.store import task_partitions, task_runs
+from rackflow.store import tasks as task_store
+from rackflow.store.audit_partitions import PERIOD, period_start
+from rackflow.store.db import Database
+from rackflow.store.tables import racks, task_attempt, task_step_state, tasks
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
+
+RACK = uuid.uuid4()
+EARLIER_WEEKS = 10
+
+
+@pytest.fixture
+async def pg(pg_db: str) -> AsyncIterator[Database]:
+    """A migrated database of its own whose weeks begin EARLIER_WEEKS before this one (as a database
+    migrated that long ago): the partitions before the weeks bounded earlier, the past weeks made."""
+    db = Database(pg_db)
+    async with db.transaction() as conn:
+        await conn.run_sync(_bound_earlier)
+        await conn.execute(insert(racks).values(id=RACK, name="r1", created_at=datetime.now(UTC)))
+    yield db
+    await db.dispose()
+
+
+def _bound_earlier(conn: Connection) -> None:
+    bound = task_partitions.first_week(conn)
+    assert bound is not None
+    earlier = bound - EARLIER_WEEKS * PERIOD
+    for table in (tasks.name, *(child.name for child in task_partitions.CHILDREN)):
+        conn.execute(text(f"ALTER TABLE {table} DETACH PARTITION {table}_before"))
+        conn.execute(
+            text(
+                f"ALTER TABLE {table} ATTACH PARTITION {table}_before"
+                f" FOR VALUES FROM (MINVALUE) TO ('{earlier.isoformat()}')"
+            )
+        )
+    task_partitions.make_weeks(conn, [earlier + n * PERIOD for n in range(EARLIER_WEEKS)])
+
+
+def _row(task_id: uuid.UUID, status: str, at: datetime, **more: object) -> dict[str, object]:
+    ended = status in ("completed", "failed", "terminated")
+    return {
+        "id": task_id,
+        "operation": "power_on",
+        "parameters": {"kind": "power_on"},
+        "rack_id": RACK,
+        "component_ids": [],
+        "status": status,
+        "created_at": at,
+        "updated_at": at,
+        "finished_at": at if ended else None,
+        "filed_at": task_partitions.filed_at(task_id),
+        **more,
+    }
+
+
+async def _homes(db: Database, table: str = "tasks") -> dict[uuid.UUID, str]:
+    key = "id" if table == "tasks" else "task_id"
+    async with db.read() as conn:
+        rows = await conn.execute(text(f"SELECT {key}, tableoid::regclass::text FROM {table}"))
+        return {row[0]: row[1] for row in rows}
+
+
+async def _exists(db: Database, name: str) -> bool:
+    async with db.read() as conn:
+        return bool(await conn.scalar(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}))
+
+
+async def test_a_task_filed_in_a_week_with_no_partition_has_it_made(pg: Database) -> None:
+    """A task's week is made in its insert's transaction when it has none: here a run's id of 30 weeks
+    ahead (a clock that far off); a week of now was made ahead by the migration and asks nothing."""
+    ahead = id_at_time(datetime.now(UTC) + timedelta(weeks=30))
+    week = task_partitions.partition_name("tasks", period_start(task_partitions.filed_at(ahead)))
+    assert not await _exists(pg, week)
+    now = datetime.now(UTC)
+    task = Task(ahead, Operation.from_json({"kind": "power_on"}), RACK, (), "", TaskStatus.PENDING, "",
+                None, now, None, None, now)  # fmt: skip
+    async with pg.transaction() as conn:
+        await task_store.insert_tasks(conn, [task])
+    assert (await _homes(pg))[ahead] == week
+    for child in task_partitions.CHILDREN:
+        assert await _exists(pg, week.replace("tasks", child.name, 1))
+
+
+async def test_the_keeper_makes_the_coming_weeks_once(pg: Database) -> None:
+    made = await task_partitions.keep_ahead(pg)
+    assert made == []  # the migration made them
+    async with pg.read() as conn:
+        weeks = await conn.run_sync(task_partitions.weeks)
+    last = weeks[-1].upper
+    assert last is not None and last > datetime.now(UTC) + task_partitions.LOOKAHEAD
+
+
+async def test_retention_drops_a_past_week_whole_and_deletes_the_rest_in_batches(pg: Database) -> None:
+    now = datetime.now(UTC)
+    old, kept_week = now - timedelta(weeks=5), now - timedelta(weeks=4)
+    ended = [id_at_time(old) for _ in range(3)]
+    running = id_at_time(kept_week)
+    ended_beside_running = id_at_time(kept_week)
+    before = [uuid.uuid4(), uuid.uuid4()]  # filed before the weeks, ended long ago
+    async with pg.transaction() as conn:
+        await conn.execute(insert(tasks), [_row(i, "completed", old) for i in ended])
+        await conn.execute(insert(tasks).values(_row(running, "running", kept_week)))
+        await conn.execute(insert(tasks).values(_row(ended_beside_running, "failed", kept_week)))
+        await conn.execute(insert(tasks), [_row(i, "completed", now - timedelta(days=60)) for i in before])
+        for task_id in (*ended, *before):
+            await conn.execute(
+                insert(task_attempt).values(
+                    task_id=task_id,
+                    task_filed_at=task_partitions.filed_at(task_id),
+                    attempt=1,
+                    finished_at=old,
+                    status="completed",
+                )
+            )
+            await conn.execute(
+                insert(task_step_state).values(
+                    task_id=task_id,
+                    task_filed_at=task_partitions.filed_at(task_id),
+                    attempt=1,
+                    component_id=uuid.uuid4(),
+                    recorded={},
+                )
+            )
+    homes = await _homes(pg)
+    dropped_week, live_week = homes[ended[0]], homes[running]
+    assert (
+        dropped_week.startswith("tasks_p") and live_week.startswith("tasks_p") and dropped_week != live_week
+    )
+    assert (await _homes(pg, "task_attempt"))[ended[0]] == dropped_week.replace("tasks", "task_attempt", 1)
+
+    pruned = [n async for n in task_store.prune_finished_tasks(pg, timedelta(days=14))]
+
+    # The week of the ended tasks dropped whole; the week of the running task kept, its ended task (as old
+    # as the retention) deleted by itself, with those filed before the weeks.
+    assert pruned == [len(ended), len(before) + 1]
+    for table in ("tasks", *(child.name for child in task_partitions.CHILDREN)):
+        assert not await _exists(pg, dropped_week.replace("tasks", table, 1)), f"{table}'s week kept"
+        assert await _exists(pg, live_week.replace("tasks", table, 1))
+    assert set(await _homes(pg)) == {running}
+    async with pg.read() as conn:
+        assert (await conn.execute(select(task_attempt.c.task_id))).scalars().all() == []
+
+
+async def _picked(db: Database) -> set[uuid.UUID]:
+    async with db.transaction() as conn:
+        picked = await task_runs.pick(
+            db,
+            conn,
+            owner_id=uuid.uuid4(),
+            lease_ttl=timedelta(seconds=30),
+            running_here=(),
+            now=datetime.now(UTC),
+            limit=10,
+        )
+    return {task.id for task, _ in picked}
+
+
+async def test_the_claim_reads_the_weeks_a_live_task_can_be_in(
+    pg: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The executor's claim reads the partition before the weeks and the weeks from the oldest holding a
+    live task (or a week ago): a task this process files in an older week (a firing five weeks late) is
+    claimed at once; one another instance filed there, once this one reads the floor again."""
+    now = datetime.now(UTC)
+    assert await _picked(pg) == set()  # the floor read: no live task, a week ago
+    late = id_at_time(now - timedelta(weeks=5))
+    task = Task(late, Operation.from_json({"kind": "power_on"}), RACK, (), "", TaskStatus.PENDING, "",
+                None, now, None, None, now)  # fmt: skip
+    async with pg.transaction() as conn:
+        await task_store.insert_tasks(conn, [task])
+    assert await _picked(pg) == {late}
+
+    elsewhere = id_at_time(now - timedelta(weeks=6))
+    async with pg.transaction() as conn:  # as another instance's insert: this process is not told
+        await conn.execute(insert(tasks).values(_row(elsewhere, "pending", now)))
+    assert await _picked(pg) == {late}  # picked, not started: still pending
+    monkeypatch.setattr(task_partitions, "FLOOR_EVERY_S", 0.0)
+    assert await _picked(pg) == {late, elsewhere}
