@@ -76,6 +76,7 @@ __all__ = [
     "start_server",
     "stat_cpu_seconds",
     "sync_engine",
+    "tasks_partitioned_since",
 ]
 
 DEFAULT_POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -125,6 +126,37 @@ def runs_partitioned_since(engine: Engine, weeks: int) -> datetime | None:
     return bound
 
 
+def tasks_partitioned_since(engine: Engine, weeks: int) -> datetime | None:
+    """A fresh database's tasks as migration 0062 leaves them `weeks` weeks after it ran (PostgreSQL): the
+    bound of the partitions before the weeks (`tasks_before` and its five children's `…_before`) moved back
+    `weeks` weeks, and the six partitions of each of those weeks made (`task_partitions.make_weeks`), so
+    tasks filed since go to their weeks, as rackflow files them. The partitions before must hold nothing
+    filed at or after the new bound (ATTACH checks them). The CHECK `tasks_filed_by_id` keeps the
+    migration's BOUND: it still refuses a task filed LONG_AGO only for a run of that week or later. Returns
+    the new bound; None on SQLite, where the tasks are not partitioned, or for 0 weeks."""
+    from rackflow.store import task_partitions
+    from rackflow.store.audit_partitions import PERIOD, bound_literal
+
+    if not weeks or engine.dialect.name != "postgresql":
+        return None
+    with engine.begin() as conn:
+        first = task_partitions.first_week(conn)
+        if first is None:
+            return None
+        bound = first - weeks * PERIOD
+        for table in (task_partitions.PARENT, *(child.name for child in task_partitions.CHILDREN)):
+            before = f"{table}{task_partitions.BEFORE_SUFFIX}"
+            conn.execute(text(f"ALTER TABLE {table} DETACH PARTITION {before}"))
+            conn.execute(
+                text(
+                    f"ALTER TABLE {table} ATTACH PARTITION {before}"
+                    f" FOR VALUES FROM (MINVALUE) TO ({bound_literal(bound)})"
+                )
+            )
+        task_partitions.make_weeks(conn, [bound + k * PERIOD for k in range(weeks)])
+    return bound
+
+
 def add_db_arguments(
     parser: argparse.ArgumentParser, *, kinds: Sequence[str] = ("sqlite", "postgres")
 ) -> None:
@@ -147,24 +179,39 @@ class Workspace:
 
 
 @contextmanager
-def fresh_database(kind: str, pg_admin: str) -> Iterator[Workspace]:
-    """A new database migrated with `rackflow db migrate`; PostgreSQL's is dropped afterwards."""
+def fresh_database(kind: str, pg_admin: str, revision: str = "head") -> Iterator[Workspace]:
+    """A new database migrated to `revision` (`_migrate`); PostgreSQL's is dropped afterwards."""
     with tempfile.TemporaryDirectory(prefix="rackflow-bench-") as tmp:
         log_dir = Path(tmp)
         if kind == "sqlite":
             url = f"sqlite:///{log_dir / 'bench.db'}"
-            _migrate(url)
+            _migrate(url, revision)
             yield Workspace(url, kind, log_dir)
             return
         with fresh_postgres_database(pg_admin) as url:
-            _migrate(url)
+            _migrate(url, revision)
             yield Workspace(url, kind, log_dir)
 
 
-def _migrate(url: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True, capture_output=True
-    )
+def _migrate(url: str, revision: str = "head") -> None:
+    """To the head with `rackflow db migrate`, as an operator does; to an older `revision` in-process
+    (`store.migrate.migrate`: the command takes no revision), for a probe that starts from the schema
+    before a migration."""
+    if revision == "head":
+        subprocess.run(
+            [sys.executable, "-m", "rackflow", "db", "migrate", "--db", url], check=True, capture_output=True
+        )
+        return
+    from rackflow.store.migrate import migrate
+
+    async def upgrade() -> None:
+        db = Database(url)
+        try:
+            await migrate(db, revision)
+        finally:
+            await db.dispose()
+
+    asyncio.run(upgrade())
 
 
 def sync_engine(url: str) -> Engine:

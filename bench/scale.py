@@ -56,6 +56,7 @@ from _common import (
     runs_partitioned_since,
     start_server,
     sync_engine,
+    tasks_partitioned_since,
     timed,
 )
 from _pg_io import io_watch, track_io_timing
@@ -117,12 +118,22 @@ def make_year_of_run_partitions(engine: Engine) -> None:
     runs_partitioned_since(engine, 53 + 5)  # the migration's first week is a month ahead
 
 
+def make_year_of_task_partitions(engine: Engine) -> None:
+    """The tasks' week partitions (and their five children's) over the year about to be loaded, as a
+    database a year after migration 0062 has them (`_common.tasks_partitioned_since`): without them the
+    year's tasks, filed at their runs' milliseconds (`scale_load.Ids.task_filed`), would all go to the
+    partition before the weeks, where the migration put the tasks it found. The same 58 weeks as the runs':
+    on a database with tasks the migration's first week is one to two weeks ahead."""
+    tasks_partitioned_since(engine, 53 + 5)
+
+
 def load(args: argparse.Namespace) -> str:
     url = recreate_database(args.pg_admin, args.database)
     engine = sync_engine(url)
     started = time.perf_counter()
     make_year_of_audit_partitions(engine)
     make_year_of_run_partitions(engine)
+    make_year_of_task_partitions(engine)
     ids = scale_load.load(
         engine,
         schedules=args.schedules,

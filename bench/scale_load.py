@@ -12,7 +12,9 @@ template's, so a column added by a later migration is copied too. Outcomes are w
 `store.schedules.outcomes_to_json`'s shape (their counts in `outcome_counts_to_json`'s), and `check_rows`
 reads a cloned run and task back through rackflow's own row readers. Ids are shaped as rackflow makes them
 (`rackflow.ids`: UUIDv7, the row's own time first) and derived from the row's number and time, so rows link
-to each other without a join (`run k` submitted `task k`, of schedule `k % schedules`): see `Ids`.
+to each other without a join (`run k` submitted `task k`, of schedule `k % schedules`): see `Ids`. A task's
+id is of its run's millisecond (`ids.id_beside`), and the task is filed there (`filed_at`, the tasks'
+partition key since migration 0062, `store.task_partitions`), so each goes to its run's week.
 
 Layout (S schedules, R racks, N runs, A audit events, K racks an NVLink domain):
 * racks 0..R-1, each with one COMPUTE component, made a year and a day ago, rack r in NVLink domain r // K
@@ -43,10 +45,12 @@ from sqlalchemy import Engine, Table, literal_column, select, text, update
 
 from rackflow.clock import SystemClock
 from rackflow.domain.audit import AuditEvent
+from rackflow.ids import time_of
 from rackflow.services import Services
 from rackflow.store import audit as audit_store
 from rackflow.store import runs as run_history
 from rackflow.store import schedules as schedule_store
+from rackflow.store import task_partitions
 from rackflow.store import tasks as task_store
 from rackflow.store.db import Database
 from rackflow.store.tables import (
@@ -67,15 +71,27 @@ DAY_S = 86_400
 YEAR = "interval '365 days'"
 
 
+def unix_ms(at: str) -> str:
+    """The SQL of the unix millisecond `at` (SQL, a timestamptz) falls in, a bigint."""
+    return f"floor(extract(epoch FROM {at}) * 1000)::bigint"
+
+
 def uid(kind: str, n: str, at: str) -> str:
     """The SQL of row `n`'s id of `kind`, made at `at` (SQL, the row's own time): a UUIDv7 as rackflow
     makes them (`rackflow.ids`), so the loaded indexes are in the order rackflow's own writes leave them.
     The unix milliseconds of `at`, version 7, then the bits of md5(kind, n) but for the variant's nibble
     (`8`: md5 is computed once an id, which keeps the loader's speed): deterministic, so a row names
     another by its number and time, without a join."""
-    ms = f"lpad(to_hex(floor(extract(epoch FROM {at}) * 1000)::bigint), 12, '0')"
+    ms = f"lpad(to_hex({unix_ms(at)}), 12, '0')"
     hashed = f"md5('{kind}' || ({n})::text)"
     return f"overlay(overlay({hashed} placing {ms} || '7' from 1 for 13) placing '8' from 17 for 1)::uuid"
+
+
+def filed(at: str) -> str:
+    """The SQL of the filing time of a task whose id is of `at` (`uid`): the millisecond its id tells, as
+    a timestamptz (`task_partitions.filed_at`), computed as the CHECK `tasks_filed_by_id` reads it from
+    the id (milliseconds / 1000.0), so the two agree to the microsecond."""
+    return f"to_timestamp({unix_ms(at)} / 1000.0)"
 
 
 def operation_kind(n: str) -> str:
@@ -171,8 +187,14 @@ class Ids:
         return uid("run", n, self.fired(n))
 
     def task(self, n: str) -> str:
-        """Run n's task, made as it fired."""
+        """Run n's task, minted at its run's millisecond, as rackflow mints a run's tasks
+        (`ids.id_beside`): of `fired(n)`, the time run n's id is of."""
         return uid("task", n, self.fired(n))
+
+    def task_filed(self, n: str) -> str:
+        """Task n's filing time, its partition key (`tasks.filed_at`): the millisecond its id tells, its
+        run's."""
+        return filed(self.fired(n))
 
     def audit_at(self, n: str) -> str:
         return f"({self.anchor} - {YEAR} + ({n}) * ({YEAR} / {self.audit_n}))"
@@ -191,8 +213,12 @@ class Ids:
         return uid("bigrun", j, self.big_fired(j))
 
     def bigtask(self, n: str, j: str) -> str:
-        """Task n of the grid schedule's run j."""
+        """Task n of the grid schedule's run j, minted at that run's millisecond (as `task`)."""
         return uid("bigtask", n, self.big_fired(j))
+
+    def bigtask_filed(self, j: str) -> str:
+        """The filing time of the grid schedule's run j's tasks: that run's millisecond."""
+        return filed(self.big_fired(j))
 
     def bigscope(self, n: str) -> str:
         return uid("bigscope", n, self.born)
@@ -285,11 +311,12 @@ SECONDARY_INDEXES = text(
     "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = :table AND NOT EXISTS "
     "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) AND i.indexdef NOT LIKE '% WHERE %'"
 )
-# A partitioned index (on the partitioned runs, migration 0046) and its partitions' indexes, parents
-# first: each with its own definition and the index it is attached to. A partitioned index's definition is
-# `CREATE INDEX … ON ONLY <parent> …`, which makes it alone (invalid, on no partition); each partition's
-# index is made from its own and attached to it, so every index gets its name back (the DEFAULT
-# partition's are the old table's, renamed by the migration). Nothing for an index of a plain table.
+# A partitioned index (on the partitioned runs, migration 0046, and tasks, migration 0062) and its
+# partitions' indexes, parents first: each with its own definition and the index it is attached to. A
+# partitioned index's definition is `CREATE INDEX … ON ONLY <parent> …`, which makes it alone (invalid, on
+# no partition); each partition's index is made from its own and attached to it, so every index gets its
+# name back (the DEFAULT partition's, or the one before the weeks', are the old table's, renamed by the
+# migration). Nothing for an index of a plain table.
 INDEX_TREE = text(
     "SELECT p.relid::regclass::text, p.parentrelid::regclass::text, pg_get_indexdef(p.relid)"
     " FROM pg_partition_tree(CAST(:index AS regclass)) p ORDER BY p.level"
@@ -345,9 +372,10 @@ def secondary_indexes_rebuilt(engine: Engine, *tables: Table) -> Iterator[None]:
     )
 
 
-# The partitions that hold a partitioned table's rows (the runs from migration 0046: the DEFAULT one, where
-# a loaded year of past slots goes, and the weeks'); nothing for a plain table, which holds its own. A
-# partitioned table has no storage, so no storage options (`ALTER TABLE … SET (fillfactor …)` fails on it).
+# The partitions that hold a partitioned table's rows (the runs from migration 0046: the DEFAULT one and the
+# weeks'; the tasks from migration 0062: the one before the weeks and the weeks'); nothing for a plain
+# table, which holds its own. A partitioned table has no storage, so no storage options (`ALTER TABLE … SET
+# (fillfactor …)` fails on it).
 PARTITIONS = text(
     "SELECT relid::regclass::text FROM pg_partition_tree(CAST(:table AS regclass)) WHERE isleaf"
 )
@@ -612,6 +640,7 @@ def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, seri
             "component_ids": f"jsonb_build_array({ids.comp(f'g % {s} % {r}')}::text)",
             "schedule_id": ids.sched(f"g % {s}"),
             "run_id": ids.run("g"),
+            "filed_at": ids.task_filed("g"),
             "operation": operation_kind(f"g % {s}"),
             "parameters": operation_parameters("t.parameters", f"g % {s}"),
             "status": task_status("g"),
@@ -694,6 +723,7 @@ def _load_big(
                     "component_ids": f"jsonb_build_array({ids.comp('g')}::text)",
                     "schedule_id": big,
                     "run_id": ids.bigrun(str(j)),
+                    "filed_at": ids.bigtask_filed(str(j)),
                     "status": task_status(task_number),
                     "message": task_message(task_status(task_number)),
                     "created_at": fired,
@@ -752,6 +782,18 @@ async def check_rows(url: str, ids: Ids, run_number: int) -> None:
             task = await task_store.get_task(conn, outcome.task_id)  # type: ignore[arg-type]
             expected = (await conn.execute(text(f"SELECT {task_status(str(run_number))}"))).scalar_one()
             assert task is not None and task.status.value == expected, task
+            # Filed where its id says, at its run's millisecond, in a week's partition where there are
+            # weeks (`scale.make_year_of_task_partitions`), not in the one before them.
+            filing = (
+                await conn.execute(
+                    select(tasks.c.filed_at, literal_column("tableoid::regclass::text")).where(
+                        tasks.c.id == task.id
+                    )
+                )
+            ).one()
+            assert filing[0] == task_partitions.filed_at(task.id) == time_of(row.id), (task.id, filing)
+            if db.is_postgres and (await conn.run_sync(task_partitions.first_week)) is not None:
+                assert filing[1] != f"{tasks.name}{task_partitions.BEFORE_SUFFIX}", filing
             events, _ = await audit_store.list_events(conn, limit=1)
             assert events, "no audit events"
     finally:

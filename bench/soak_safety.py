@@ -479,7 +479,8 @@ def check_attempts(conn: psycopg.Connection[Any], add: Add) -> dict[str, int]:
             " jsonb_typeof(t.retry) = 'object',"
             " coalesce(array_agg(a.attempt ORDER BY a.attempt) FILTER (WHERE a.attempt IS NOT NULL), '{}')"
             " FROM tasks t LEFT JOIN task_attempt a ON a.task_id = t.id"
-            " WHERE t.status IN ('completed', 'failed') GROUP BY t.id",
+            " WHERE t.status IN ('completed', 'failed')"
+            " GROUP BY t.id, t.status, t.attempt, t.attempt_started_at, t.retry",
         )
         if numbers != list(range(1, (attempt if started else attempt - 1) + 1 if retries else 1))
     ]

@@ -3,9 +3,10 @@ loaded database while the previous release writes (PostgreSQL; a probe, not rack
 docs/PERFORMANCE.md, "The tasks' partitions by filing time: a route, walked through").
 
 `bench/task_partitions.py` measured the route by ranges of the task's id, which the old random ids and the
-unique (run, rack) key stand in the way of. This walks another route, on a fresh database migrated to the
-head and loaded with `--tasks` ended tasks over a year (half of them with random version 4 ids) and rows in
-the five tables that reference a task:
+unique (run, rack) key stand in the way of. This walks another route, on a fresh database migrated to
+revision 0061 (`REVISION`) and loaded with `--tasks` ended tasks over a year (half of them with random
+version 4 ids) and rows in the five tables that reference a task; it measures the route from 0061, which
+migration 0062 (`store/migrations/versions/0062_task_partitions.py`) now builds:
 
 * `tasks.filed_at` is the partition key: `time_of(id)` for a task whose id is of a millisecond at or after
   BOUND, and `-infinity` for every other (the rows found, and whatever the previous release writes while it
@@ -56,15 +57,21 @@ from _common import (
     result,
     slot_run_id,
 )
+from sqlalchemy import Select, true
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import make_url
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BinaryExpression, ClauseElement
 
 from rackflow.ids import id_at_time
 from rackflow.store.db import Database
 from rackflow.store.dialect import PLAN_CACHE_MODE
+from rackflow.store.tables import tasks as tasks_table
 from rackflow.store.task_runs import _pick_statement
 
 WEEK = timedelta(days=7)
+# The schema the route starts from: the flat tasks, before migration 0062 partitioned them.
+REVISION = "0061"
 # The five tables that reference a task, each with its key's columns.
 CHILDREN = {
     "task_attempt": "task_id, attempt",
@@ -395,14 +402,29 @@ def rows_cost_us(
     return median(tasks_us), median(records_us)
 
 
+def _without_filing(stmt: Select[Any]) -> Select[Any]:
+    """The claim without the bound on the filing time that rackflow's pick carries since migration 0062
+    (`filed_before`, `live_since`: `task_partitions.live_floor`), each comparison of `tasks.filed_at` made
+    TRUE: the claim as this route was walked with, which the flat table (no `filed_at`) runs too, and which
+    `claim_ms` bounds with this probe's own condition."""
+
+    def replace(element: ClauseElement) -> ClauseElement | None:
+        if isinstance(element, BinaryExpression) and element.left is tasks_table.c.filed_at:
+            return true()
+        return None
+
+    stripped: Select[Any] = visitors.replacement_traverse(stmt, {}, replace)
+    return stripped
+
+
 def claim_ms(
     conn: psycopg.Connection[Any], url: str, since: datetime, repeat: int, *, partitioned: bool = True
 ) -> dict[str, tuple[float, float]]:
-    """The executor's claim (`task_runs._pick_statement`, as rackflow builds it and plans it: custom plans,
-    no bitmap read nor sort) over the partitioned tasks: median (planning, execution) ms, as it is and
-    bounded to the old partition and the two weeks from `since` (the oldest live task's week, to a week past
-    the current one: no task is filed later than its run fired), each run rolled back (it locks what it
-    takes)."""
+    """The executor's claim (`task_runs._pick_statement`, as rackflow builds it but for its own bound on the
+    filing time, `_without_filing`, and plans it: custom plans, no bitmap read nor sort) over the
+    partitioned tasks: median (planning, execution) ms, as it is and bounded to the old partition and the
+    two weeks from `since` (the oldest live task's week, to a week past the current one: no task is filed
+    later than its run fired), each run rolled back (it locks what it takes)."""
     db = Database(url)
     values = {
         "running_here": [uuid.uuid4()],
@@ -413,13 +435,14 @@ def claim_ms(
         "since": since,
         "until": since + 2 * WEEK,
     }
-    pick = _pick_statement(db)
+    pick = _without_filing(_pick_statement(db))
     bounded = pick.where(
         sql_text("(tasks.filed_at = '-infinity' OR tasks.filed_at >= :since AND tasks.filed_at < :until)")
     )
     medians = {}
     for name, stmt in (("as_it_is", pick), ("bounded", bounded))[: 2 if partitioned else 1]:
         compiled = stmt.compile(dialect=db.engine.dialect)
+        assert "filed_before" not in compiled.string, compiled.string
         expanded = compiled.construct_expanded_state(values)
         planned, executed = [], []
         for _ in range(repeat):
@@ -469,7 +492,7 @@ def main() -> None:
     print(machine_line(), flush=True)
     now = datetime.now(UTC)
     bound = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=7 - now.weekday())
-    with fresh_database(args.db, args.pg_admin) as ws:
+    with fresh_database(args.db, args.pg_admin, REVISION) as ws:
         dsn = _dsn(ws.url)
         with psycopg.connect(dsn, autocommit=True) as conn:
             started = time.perf_counter()

@@ -4,7 +4,8 @@ rackflow's schema: docs/PERFORMANCE.md, "The tasks' partitions, probed").
 The tasks are not partitioned (issue 29's target 2). The route the runs left open is RANGE partitions of
 the task's id, a UUIDv7 whose first 48 bits are its millisecond, so that the primary key and the five
 foreign keys to it hold unchanged. This measures the two things that route's write-up says stand in its way,
-on a fresh database migrated to the head:
+on a fresh database migrated to revision 0061 (`REVISION`), the schema before migration 0062, which now
+partitions the tasks itself (by filing time, not by id: the route `bench/task_filing_weeks.py` walks):
 
 1. **The executor's claim over a year of weeks.** `--tasks` ended tasks spread over a year and `--live` live
    ones of the last hour (pending, running, waiting), as rackflow's `tasks`; the same rows in
@@ -43,6 +44,8 @@ WEEK = timedelta(days=7)
 # A copy of `tasks`' columns, partitioned by ranges of its id.
 PARTITIONED_LIKE_TASKS = "(LIKE tasks INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (id)"
 LIVE = ("pending", "running", "waiting")
+# The schema measured from: the flat tasks, before migration 0062 partitioned them.
+REVISION = "0061"
 
 
 def _v7(ts: str) -> str:
@@ -241,7 +244,7 @@ def main() -> None:
     print(code_line(), flush=True)
     print(machine_line(), flush=True)
     now = datetime.now(UTC)
-    with fresh_database(args.db, args.pg_admin) as ws:
+    with fresh_database(args.db, args.pg_admin, REVISION) as ws:
         engine = sync_engine(ws.url)
         with engine.begin() as conn:
             _load(conn, args.tasks, args.live)
