@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import statistics
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from _common import load_avg, result
+from _common import result
 from sqlalchemy import delete, event, insert, select, text
 
 from rackflow.ids import new_id
@@ -114,7 +115,14 @@ async def main(args: argparse.Namespace) -> None:
             ("every_week", {**parameters, "live_since": first}),
         ):
             figures = await _explained(db, statement, values, args.repeat)
-            result("task_claim", claim=name, weeks=len(weeks), live=args.live, **figures, loadavg=load_avg())
+            result(
+                "task_claim",
+                claim=name,
+                weeks=len(weeks),
+                live=args.live,
+                **figures,
+                loadavg=os.getloadavg()[0],
+            )
     finally:
         async with db.transaction() as conn:
             await conn.execute(delete(tasks).where(tasks.c.id.in_(made)))
