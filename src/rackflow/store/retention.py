@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, Table, delete, select
+from sqlalchemy import ColumnElement, Connection, Table, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.store.audit_partitions import Partition, wait_briefly
 from rackflow.store.db import Database
 from rackflow.store.dialect import ids_in
 
@@ -59,3 +60,51 @@ async def prune_older(
         yield deleted
         if deleted < chunk:
             return
+
+
+# --- the weeks of a table partitioned by week (the runs, the tasks) --------------------------------------
+
+
+async def made_ahead(db: Database, ensure: Callable[[Connection, datetime], list[str]]) -> list[str]:
+    """`ensure` (a table's `ensure_partitions`: its coming weeks) in a transaction of its own that waits
+    briefly for its locks, at the database's time (an instance's start-up and hourly rounds:
+    `rackflow.retention.keep_weeks`); returns the names made. Nothing on SQLite."""
+    if not db.is_postgres:
+        return []
+    async with db.transaction() as conn:
+        await conn.run_sync(wait_briefly)
+        now = await db.now(conn)
+        made: list[str] = await conn.run_sync(ensure, now)
+        return made
+
+
+async def drop_past_weeks(
+    db: Database,
+    retention: timedelta,
+    *,
+    recent: timedelta,
+    past_weeks: Callable[[Connection, datetime], list[Partition]],
+    drop: Callable[[Connection, Partition, datetime], int | None],
+    kept_floor: Callable[[Connection, datetime], datetime | None],
+    floor: list[datetime | None],
+    before: Callable[[AsyncConnection, datetime], Awaitable[None]] | None = None,
+) -> AsyncGenerator[int, None]:
+    """The first half of a partitioned table's prune (PostgreSQL): drop each week all of whose range is
+    older than the retention's cutoff and than `recent` (`past_weeks`), one short transaction each, if
+    `drop` finds none of its rows kept, yielding the rows each held; then set `floor[0]` to where the
+    batched delete of the rest stops (`kept_floor`: the oldest week still kept). `before`: what to commit
+    first, given the cutoff, if a week may go (the task prune's horizon)."""
+    async with db.read() as conn:
+        now = await db.now(conn)
+        cutoff = now - retention
+        past = await conn.run_sync(past_weeks, min(cutoff, now - recent))
+    if past and before is not None:
+        async with db.transaction() as conn:
+            await before(conn, cutoff)
+    for week in past:
+        async with db.transaction() as conn:
+            dropped = await conn.run_sync(drop, week, cutoff)
+        if dropped:
+            yield dropped
+    async with db.read() as conn:
+        floor[0] = await conn.run_sync(kept_floor, cutoff)

@@ -84,6 +84,7 @@ from rackflow.store.audit_partitions import (
     wait_briefly,
 )
 from rackflow.store.db import Database
+from rackflow.store.retention import made_ahead
 from rackflow.store.tables import HISTORY_STORAGE, task_schedule_run
 
 PARENT = "task_schedule_run"
@@ -280,15 +281,8 @@ def _drop_week_unless(
 
 
 async def keep_ahead(db: Database) -> list[str]:
-    """`ensure_partitions` in a transaction of its own that waits briefly for its locks (an instance's
-    start-up and hourly rounds: `rackflow.retention.keep_weeks`); returns the names made."""
-    if not db.is_postgres:
-        return []
-    async with db.transaction() as conn:
-        await conn.run_sync(wait_briefly)
-        now = await db.now(conn)
-        made: list[str] = await conn.run_sync(ensure_partitions, now)
-        return made
+    """`ensure_partitions` in a round of the instance's keeper (`store.retention.made_ahead`)."""
+    return await made_ahead(db, ensure_partitions)
 
 
 # --- a run's partition named by its id -----------------------------------------------------------------

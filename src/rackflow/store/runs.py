@@ -73,7 +73,7 @@ from rackflow.store.dialect import (
     update_rows,
 )
 from rackflow.store.paging import Key, after_key, count_capped, up_to_key
-from rackflow.store.retention import PRUNE_CHUNK, prune_older
+from rackflow.store.retention import PRUNE_CHUNK, drop_past_weeks, prune_older
 from rackflow.store.schedules import (
     Tally,
     micros_to,
@@ -597,19 +597,21 @@ async def prune_old_runs(
     retention. SQLite: delete in batches, oldest first, by ix_task_schedule_run_fired_at_id (`prune_older`).
     """
     run = task_schedule_run.c
-    floor: datetime | None = None
+    kept: list[datetime | None] = [None]
     if db.is_postgres:
-        async with db.read() as conn:
-            now = await db.now(conn)
-            cutoff = now - retention
-            past = await conn.run_sync(run_partitions.past_weeks, min(cutoff, now - run_partitions.RECENT))
-        for week in past:
-            async with db.transaction() as conn:
-                dropped = await conn.run_sync(run_partitions.drop_partition, week, cutoff)
-            if dropped:
+        weeks = drop_past_weeks(
+            db,
+            retention,
+            recent=run_partitions.RECENT,
+            past_weeks=run_partitions.past_weeks,
+            drop=run_partitions.drop_partition,
+            kept_floor=run_partitions.kept_floor,
+            floor=kept,
+        )
+        async with contextlib.aclosing(weeks):
+            async for dropped in weeks:
                 yield dropped
-        async with db.read() as conn:
-            floor = await conn.run_sync(run_partitions.kept_floor, cutoff)
+    floor = kept[0]
 
     def older(cutoff: datetime) -> ColumnElement[bool]:
         conditions = [run.fired_at < cutoff, run.state.not_in(OPEN_STATES)]

@@ -57,6 +57,7 @@ from rackflow.store.audit_partitions import (
 )
 from rackflow.store.audit_partitions import is_partitioned as _is_partitioned
 from rackflow.store.db import Database
+from rackflow.store.retention import made_ahead
 from rackflow.store.tables import (
     TASK_STORAGE,
     preflight_overrides,
@@ -186,15 +187,8 @@ def ensure_partitions(conn: Connection, now: datetime) -> list[str]:
 
 
 async def keep_ahead(db: Database) -> list[str]:
-    """`ensure_partitions` in a transaction of its own that waits briefly for its locks (an instance's
-    start-up and hourly rounds: `rackflow.retention.keep_weeks`); returns the names made."""
-    if not db.is_postgres:
-        return []
-    async with db.transaction() as conn:
-        await conn.run_sync(wait_briefly)
-        now = await db.now(conn)
-        made: list[str] = await conn.run_sync(ensure_partitions, now)
-        return made
+    """`ensure_partitions` in a round of the instance's keeper (`store.retention.made_ahead`)."""
+    return await made_ahead(db, ensure_partitions)
 
 
 # Per engine: the weeks known to exist from RECENT ago on (none of them is dropped), so that a task filed

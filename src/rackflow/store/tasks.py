@@ -52,7 +52,7 @@ from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_vi
 from rackflow.store.dialect import POSTGRESQL, SQLITE, by_keys, in_keys, insert_rows, skip_locked
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
-from rackflow.store.retention import PRUNE_CHUNK, prune_older
+from rackflow.store.retention import PRUNE_CHUNK, drop_past_weeks, prune_older
 from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import racks, task_attempt, task_schedule, task_schedule_run, tasks
 from rackflow.store.types import UTCDateTime
@@ -723,22 +723,22 @@ async def prune_finished_tasks(
     of_live_rollout = (
         select(run.id).where(run.id == tasks.c.run_id, run.state.in_(ROLLOUT_LIVE_STATES)).exists()
     )
-    floor: datetime | None = None
+    kept: list[datetime | None] = [None]
     if db.is_postgres:
-        async with db.read() as conn:
-            now = await db.now(conn)
-            cutoff = now - retention
-            past = await conn.run_sync(task_partitions.past_weeks, min(cutoff, now - task_partitions.RECENT))
-        if past:
-            async with db.transaction() as conn:
-                await kept_counts.raise_horizon(conn, cutoff)
-        for week in past:
-            async with db.transaction() as conn:
-                dropped = await conn.run_sync(task_partitions.drop_week, week, cutoff)
-            if dropped:
+        weeks = drop_past_weeks(
+            db,
+            retention,
+            recent=task_partitions.RECENT,
+            past_weeks=task_partitions.past_weeks,
+            drop=task_partitions.drop_week,
+            kept_floor=task_partitions.kept_floor,
+            floor=kept,
+            before=kept_counts.raise_horizon,
+        )
+        async with contextlib.aclosing(weeks):
+            async for dropped in weeks:
                 yield dropped
-        async with db.read() as conn:
-            floor = await conn.run_sync(task_partitions.kept_floor, cutoff)
+    floor = kept[0]
 
     def older(cutoff: datetime) -> ColumnElement[bool]:
         conditions = [
