@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rackflow.ids import EPOCH, id_at, id_at_time, new_id, time_of
+from rackflow.ids import EPOCH, id_at, id_at_time, id_beside, new_id, time_of
 from rackflow.store.db import in_id_order
 
 
@@ -102,3 +102,17 @@ def test_an_id_of_another_version_or_past_a_datetime_tells_no_time() -> None:
     assert time_of(uuid.uuid1()) is None
     assert time_of(uuid.UUID(int=0)) is None
     assert time_of(id_at((1 << 48) - 1)) is None  # the year 10889
+
+
+def test_an_id_beside_another_tells_the_same_time() -> None:
+    """A run's tasks are minted beside their run (`id_beside`): the same millisecond for a time-ordered
+    id, no time at all beside an id that tells none (so such a run's tasks are filed together, "long
+    ago"), and now beside none."""
+    run = id_at_time(datetime(2026, 12, 7, 12, 0, 0, 123000, tzinfo=UTC))
+    beside = id_beside(run)
+    assert beside != run and beside.version == 7 and time_of(beside) == time_of(run)
+    old_run = uuid.uuid4()
+    assert time_of(id_beside(old_run)) is None and id_beside(old_run) != old_run
+    before = datetime.now(UTC) - timedelta(milliseconds=1)
+    now = time_of(id_beside(None))
+    assert now is not None and before <= now <= datetime.now(UTC)
