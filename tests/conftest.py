@@ -295,7 +295,7 @@ async def stored_rows(db: Database) -> dict[str, Any]:
 
 # The rows a migration writes into a table it creates, which triggers keep from then on: the domain list's
 # token (0059).
-MIGRATIONS_ROWS = {"domain_list_version": 1}
+MIGRATIONS_ROWS = {"domain_list_version": 1, "task_live_weeks": 1}
 
 
 async def write_back_rows(db: Database, found: dict[str, Any]) -> None:

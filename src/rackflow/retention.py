@@ -123,7 +123,8 @@ async def run_in_order(pruners: Sequence[Pruner], stop: asyncio.Event) -> None:
 async def ensure_weeks(db: Database) -> None:
     """Make the coming weeks' partitions of the runs and of the tasks (PostgreSQL, `store.run_partitions`,
     `store.task_partitions`): a slot whose week has none cannot be recorded, and a task's week would be
-    made in its firing's transaction; then drop the past weeks of runs the run cap has emptied. A failure (a
+    made in its firing's transaction; then drop the past weeks of runs the run cap has emptied, and raise
+    where the weeks that can hold a live task begin (`task_partitions.raise_live_since`). A failure (a
     lock wait given up, the database down) is logged; the next round tries again, weeks before a slot
     would need them."""
     steps = (
@@ -150,6 +151,14 @@ async def ensure_weeks(db: Database) -> None:
             continue
         if names:
             log.info(f"{kind} partitions: " + done, ", ".join(names))
+    try:
+        await task_partitions.raise_live_since(db)
+    except Exception as exc:
+        log.warning(
+            "task partitions: the weeks of the live tasks not raised (%s); retrying in %s",
+            exc,
+            format_go_duration(KEEP_AHEAD_EVERY),
+        )
 
 
 async def keep_weeks(db: Database, stop: asyncio.Event) -> None:

@@ -298,10 +298,10 @@ async def _statement(history: History, hot: Hot) -> tuple[str, Any]:
 
 
 async def _floor_read(db: Database) -> None:
-    """The claim's weeks read (`task_partitions.live_floor`, once a minute), so that the statement sent next
-    is the claim's alone."""
+    """The tasks' first week read (`task_partitions.live_weeks` reads it from the catalog once per
+    engine), so that the statements sent next are the read's own."""
     async with db.read() as conn:
-        await task_partitions.live_floor(conn)
+        await task_partitions.live_weeks(conn)
 
 
 def _assert_reads_indexes(hot: Hot, plan: str, dialect: str) -> None:

@@ -172,24 +172,24 @@ async def _picked(db: Database) -> set[uuid.UUID]:
     return {task.id for task, _ in picked}
 
 
-async def test_the_claim_reads_the_weeks_a_live_task_can_be_in(
-    pg: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The executor's claim reads the partition before the weeks and the weeks from the oldest holding a
-    live task (or a week ago): a task this process files in an older week (a firing five weeks late) is
-    claimed at once; one another instance filed there, once this one reads the floor again."""
+async def test_the_claim_reads_the_weeks_a_live_task_can_be_in(pg: Database) -> None:
+    """The executor's claim reads the partition before the weeks and the weeks from `task_live_weeks.since`
+    on: a task filed five weeks back (a firing that late) lowers it in its insert's transaction, so any
+    instance claims it at once; a row written past that rule is claimed once the keeper's round has seen
+    it."""
     now = datetime.now(UTC)
-    assert await _picked(pg) == set()  # the floor read: no live task, a week ago
+    assert await task_partitions.raise_live_since(pg) == period_start(now - task_partitions.RECENT)
+    assert await _picked(pg) == set()
     late = id_at_time(now - timedelta(weeks=5))
     task = Task(late, Operation.from_json({"kind": "power_on"}), RACK, (), "", TaskStatus.PENDING, "",
                 None, now, None, None, now)  # fmt: skip
     async with pg.transaction() as conn:
         await task_store.insert_tasks(conn, [task])
-    assert await _picked(pg) == {late}
+    assert await _picked(pg) == {late}  # picked, not started: still pending
 
     elsewhere = id_at_time(now - timedelta(weeks=6))
-    async with pg.transaction() as conn:  # as another instance's insert: this process is not told
+    async with pg.transaction() as conn:  # by hand: `since` not lowered
         await conn.execute(insert(tasks).values(_row(elsewhere, "pending", now)))
-    assert await _picked(pg) == {late}  # picked, not started: still pending
-    monkeypatch.setattr(task_partitions, "FLOOR_EVERY_S", 0.0)
+    assert await _picked(pg) == {late}
+    assert await task_partitions.raise_live_since(pg) == period_start(task_partitions.filed_at(elsewhere))
     assert await _picked(pg) == {late, elsewhere}

@@ -58,7 +58,7 @@ from rackflow.store.tables import (
     racks,
     tasks,
 )
-from rackflow.store.task_partitions import filed_at
+from rackflow.store.task_partitions import filed_at, live_filing, live_weeks
 from rackflow.store.tasks import OLDEST_FIRST, TASK_COLUMNS, hold_values, is_active, status_in, task_from_row
 
 # What the writes that make a held task's round due now ask to be told after commit (`Database.on_commit`):
@@ -353,6 +353,7 @@ def _waiting_for_rounds(gate: str) -> tuple[ColumnElement[bool], ...]:
 async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) -> list[tuple[Task, Waiting]]:
     """Tasks `gate` holds whose next round of checks is due and that no checker is checking (or whose
     checker's lease ran out), not overridden, oldest first."""
+    weeks = await live_weeks(conn)
     stmt = (
         select(*TASK_COLUMNS, *_WAITING_COLUMNS)
         .join(preflight_tasks, preflight_tasks.c.task_id == tasks.c.id)
@@ -360,6 +361,7 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
             *_waiting_for_rounds(gate),
             or_(preflight_tasks.c.next_check_at.is_(None), preflight_tasks.c.next_check_at <= now),
             or_(preflight_tasks.c.checking_until.is_(None), preflight_tasks.c.checking_until <= now),
+            *_in_live_weeks(weeks),
         )
         .order_by(tasks.c.created_at)
         .limit(limit)
@@ -369,8 +371,16 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
             task_from_row(row),
             _waiting_from(row),
         )
-        for row in await conn.execute(stmt)
+        for row in await conn.execute(stmt, weeks)
     ]
+
+
+def _in_live_weeks(weeks: dict[str, datetime]) -> tuple[ColumnElement[bool], ...]:
+    """On PostgreSQL (`weeks`: `task_partitions.live_weeks`), a held task and its waiting row in the
+    partitions that can hold a live task, not every week's."""
+    if not weeks:
+        return ()
+    return (live_filing(tasks.c.filed_at), live_filing(preflight_tasks.c.task_filed_at))
 
 
 async def next_round_at(conn: AsyncConnection, gate: str, *, now: datetime) -> datetime | None:
@@ -380,12 +390,13 @@ async def next_round_at(conn: AsyncConnection, gate: str, *, now: datetime) -> d
     at_type = preflight_tasks.c.next_check_at.type
     next_check = func.coalesce(preflight_tasks.c.next_check_at, literal(now, at_type))
     lease_end = func.coalesce(preflight_tasks.c.checking_until, literal(now, at_type))
+    weeks = await live_weeks(conn)
     stmt = (
         select(func.min(case((lease_end > next_check, lease_end), else_=next_check), type_=at_type))
         .join(tasks, preflight_tasks.c.task_id == tasks.c.id)
-        .where(*_waiting_for_rounds(gate))
+        .where(*_waiting_for_rounds(gate), *_in_live_weeks(weeks))
     )
-    at: datetime | None = (await conn.execute(stmt)).scalar()
+    at: datetime | None = (await conn.execute(stmt, weeks)).scalar()
     return at
 
 

@@ -64,7 +64,7 @@ from rackflow.domain.tasks import ACTIVE_STATUSES, Operation, OperationKind, Ret
 from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.ids import new_id
-from rackflow.store import run_partitions, scope_removals
+from rackflow.store import run_partitions, scope_removals, task_partitions
 from rackflow.store.db import Database, chunked, in_id_order, unique_violation_as
 from rackflow.store.dialect import (
     POSTGRESQL,
@@ -1000,7 +1000,7 @@ _SCOPE_ROWS = select(task_schedule_scope)
 # as the active statuses alone, which it reads from the rack's index by status, where the live predicate's
 # OR made it read every task of the rack (5.6 ms a scope with 5,000 ended tasks a rack, 0.09 ms by key).
 _LIVE_TASK_STATUSES = {
-    POSTGRESQL: select(tasks.c.id, tasks.c.status).where(is_live_on_rack(tasks)),
+    POSTGRESQL: select(tasks.c.id, tasks.c.status).where(is_live_on_rack(tasks), task_partitions.LIVE_FILING),
     SQLITE: select(tasks.c.id, tasks.c.status).where(is_active(tasks.c.status)),
 }
 
@@ -1093,10 +1093,11 @@ async def overlapping_scope_ids(conn: AsyncConnection, scopes: Sequence[Scope]) 
     scope_of_task = {scope.last_task_id: scope.id for scope in scopes if scope.last_task_id is not None}
     rack_ids = {scope.rack_id for scope in scopes if scope.last_task_id is not None}
     dialect = conn.dialect.name
+    weeks = await task_partitions.live_weeks(conn) if rack_ids else {}
     found: set[uuid.UUID] = set()
     for chunk in chunked(in_id_order(rack_ids)):
         stmt = by_keys(dialect, _LIVE_TASK_STATUSES[dialect], tasks.c.rack_id, chunk)
-        for task_id, status in await conn.execute(stmt):
+        for task_id, status in await conn.execute(stmt, weeks):
             if task_id in scope_of_task and TaskStatus(status) in ACTIVE_STATUSES:
                 found.add(scope_of_task[task_id])
     return found

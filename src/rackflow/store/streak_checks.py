@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from rackflow.store.db import Database, chunked, in_id_order
 from rackflow.store.dialect import by_keys
 from rackflow.store.tables import failing_streak_checks, task_schedule, task_schedule_run, tasks
+from rackflow.store.task_partitions import of_tasks
 
 # Built once, so `dialect.by_keys` reuses what it builds from them (each firing batch marks twice).
 _SCHEDULE_IDS = select(task_schedule.c.id)
@@ -69,7 +70,8 @@ async def mark_schedules_of_tasks(conn: AsyncConnection, task_ids: Collection[uu
     """Mark the schedules of these tasks that a run submitted (only those count towards a streak)."""
     task = tasks.c
     for chunk in chunked(in_id_order(task_ids)):
-        await _mark(conn, select(task.schedule_id).where(task.id.in_(chunk), task.run_id.is_not(None)))
+        named = of_tasks(conn.dialect.name, task.filed_at, chunk)  # their partitions, not every week's
+        await _mark(conn, select(task.schedule_id).where(task.id.in_(chunk), named, task.run_id.is_not(None)))
 
 
 async def _mark(conn: AsyncConnection, schedule_ids: Select[tuple[uuid.UUID]]) -> None:

@@ -421,6 +421,18 @@ task_prune_horizon = Table(
     Column("pruned_before", UTCDateTime, nullable=False),
 )
 
+# Where the tasks' weeks that can hold a live task begin (one row, id 1; PostgreSQL, migration 0062,
+# `store.task_partitions.live_weeks`): no task filed in a week (from BOUND on) before `since` is live or
+# held. Lowered by the transaction that files a task that far back, raised by every instance's keeper. The
+# reads of the live tasks (the executor's claim, a submission's conflicts, the promotion check) read only
+# the partition before the weeks and the weeks from there. None: every week.
+task_live_weeks = Table(
+    "task_live_weeks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("since", UTCDateTime, nullable=False),
+)
+
 # The schedules whose failing streak (`pause_after_failed_runs`, docs/SAFETY.md) must be looked at again:
 # a write that can change what decides it marked them (store.streak_checks, migration 0023). A row per
 # mark, each writer's its own (migration 0029): a look can take only marks whose writers have committed.

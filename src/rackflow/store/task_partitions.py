@@ -42,7 +42,21 @@ from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, any_, bindparam, text, true
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    any_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -64,6 +78,7 @@ from rackflow.store.tables import (
     preflight_results,
     preflight_tasks,
     task_attempt,
+    task_live_weeks,
     task_step_state,
     tasks,
 )
@@ -209,15 +224,13 @@ async def ensure_weeks_for(conn: AsyncConnection, task_ids: Collection[uuid.UUID
     if conn.dialect.name != "postgresql":
         return []
     engine = conn.sync_engine
-    if engine not in _bounds:
-        _bounds[engine] = await conn.run_sync(first_week)
-    bound = _bounds[engine]
+    bound = await _bound(conn)
     if bound is None:
         return []
-    recent = period_start(datetime.fromtimestamp(time.time(), UTC) - RECENT)
+    recent = period_start(_now() - RECENT)
     known = _known_weeks(engine)
     needed = {period_start(at) for at in map(filed_at, task_ids) if at >= bound}
-    _lower_floor(engine, needed)
+    await _lower_live_since(conn, needed)
     missing = {start for start in needed if start < recent or start not in known}
     if not missing:
         return []
@@ -226,46 +239,99 @@ async def ensure_weeks_for(conn: AsyncConnection, task_ids: Collection[uuid.UUID
     return made
 
 
-# --- the claim's weeks ---------------------------------------------------------------------------------
+# --- the weeks that can hold a live task -------------------------------------------------------------
 
-# How long a claim's floor (`live_floor`) is used before it is read again.
-FLOOR_EVERY_S = 60.0
-# Per engine: (when it was read, on the monotonic clock; the floor).
-_floors: WeakKeyDictionary[Engine, tuple[float, datetime]] = WeakKeyDictionary()
-_OLDEST_LIVE = text(
-    "SELECT min(filed_at) FROM tasks WHERE filed_at >= :bound AND status IN ('pending', 'running', 'waiting')"
-)
+_LIVE_SINCE = select(task_live_weeks.c.since).where(task_live_weeks.c.id == 1)
 
 
-async def live_floor(conn: AsyncConnection) -> tuple[datetime, datetime] | None:
-    """(BOUND, floor): the executor's claim reads the partition before the weeks (filed before BOUND) and the
-    weeks from the floor on, the start of the oldest week that holds a live task or of the week RECENT ago,
-    whichever is older, where it planned and probed every week kept (9.8 ms of planning at a year of weeks
-    against 0.7, docs/PERFORMANCE.md). Read at most every FLOOR_EVERY_S; a task this process files earlier
-    lowers it at once (`ensure_weeks_for`), and one another instance files in a week that old (a firing more
-    than a week late) is claimed here within FLOOR_EVERY_S, by that instance at once. None on SQLite."""
+def live_filing(filed: ColumnElement[datetime] = tasks.c.filed_at) -> ColumnElement[bool]:
+    """The condition on a filing column (`tasks.c.filed_at`, an alias's, a child's `task_filed_at`) that
+    bounds a read of live (or held) tasks to the partitions that can hold one, its values from
+    `live_weeks`: the partition before the weeks, and the weeks from `since` on."""
+    return or_(
+        filed < bindparam("filed_before", type_=filed.type),
+        filed >= bindparam("live_since", type_=filed.type),
+    )
+
+
+LIVE_FILING = live_filing()
+
+
+async def live_weeks(conn: AsyncConnection) -> dict[str, datetime]:
+    """The values of `live_filing`, read in the caller's transaction ({} on SQLite, which has no partitions
+    and whose statements leave it out): BOUND, and where the weeks that can hold a live task begin
+    (`task_live_weeks`; BOUND, every week, when it has no row). The reads of the live tasks (the executor's
+    claim, a submission's conflicts, the promotion check) then plan the partitions from there alone: at a
+    year of weeks a claim planned in 9 ms over every week, against 0.7 (docs/PERFORMANCE.md).
+
+    Exact, whoever files: a transaction that files a task in a week before `since` lowers it first, holding
+    its row until it commits (`ensure_weeks_for`), and the keeper raises it under that row's lock
+    (`raise_live_since`). A reader that holds a rack's lock reads every live task of that rack: one filed
+    for it meanwhile was filed under the same lock."""
     if conn.dialect.name != "postgresql":
-        return None
+        return {}
+    bound = await _bound(conn)
+    if bound is None:  # not partitioned: every condition holds
+        return {"filed_before": LONG_AGO, "live_since": LONG_AGO}
+    since = (await conn.execute(_LIVE_SINCE)).scalar()
+    return {"filed_before": bound, "live_since": bound if since is None else max(since, bound)}
+
+
+async def _bound(conn: AsyncConnection) -> datetime | None:
     engine = conn.sync_engine
     if engine not in _bounds:
         _bounds[engine] = await conn.run_sync(first_week)
-    bound = _bounds[engine]
-    if bound is None:
+    return _bounds[engine]
+
+
+_LOWER_LIVE_SINCE = (
+    update(task_live_weeks)
+    .where(task_live_weeks.c.id == 1)
+    .values(since=func.least(task_live_weeks.c.since, bindparam("week", type_=task_live_weeks.c.since.type)))
+)
+
+
+async def _lower_live_since(conn: AsyncConnection, starts: Collection[datetime]) -> None:
+    """Tasks about to be filed in the weeks of `starts`, some of them before the weeks every live read
+    covers whatever `since` says (a week before this one): lower `since` to the oldest, holding its row
+    until commit, so that the keeper, which raises it under that lock, sees them once they are there."""
+    late = [start for start in starts if start < period_start(_now() - RECENT)]
+    if late:
+        await conn.execute(_LOWER_LIVE_SINCE, {"week": min(late)})
+
+
+def _now() -> datetime:
+    return datetime.fromtimestamp(time.time(), UTC)
+
+
+# Whether a task is live or held, as the reads `LIVE_FILING` bounds take it (`store.tasks.is_live_on_rack`).
+_OLDEST_LIVE = text(
+    "SELECT min(filed_at) FROM tasks WHERE filed_at >= :bound"
+    " AND (status IN ('pending', 'running', 'waiting') OR owner_id IS NOT NULL)"
+)
+
+
+async def raise_live_since(db: Database) -> datetime | None:
+    """The keeper's round: `task_live_weeks.since` raised to the week of the oldest live or held task filed
+    in a week, or of a week ago if that is older. Its row is locked first, so a transaction filing a task
+    further back (which lowers it, holding the row) has committed, and the task is counted. A missing row
+    is made (every week) and raised at the next round: a filer that found none took no lock. Returns the
+    value written (None: nothing, not partitioned or the row just made)."""
+    if not db.is_postgres:
         return None
-    cached = _floors.get(engine)
-    if cached is None or time.monotonic() - cached[0] >= FLOOR_EVERY_S:
-        recent = datetime.fromtimestamp(time.time(), UTC) - RECENT
-        oldest: datetime | None = await conn.scalar(_OLDEST_LIVE, {"bound": bound})
-        floor = period_start(min(oldest or recent, recent))
-        cached = _floors[engine] = (time.monotonic(), floor)
-    return bound, cached[1]
-
-
-def _lower_floor(engine: Engine, starts: Collection[datetime]) -> None:
-    """Tasks about to be filed in the weeks of `starts`: a claim here reads them from now on."""
-    cached = _floors.get(engine)
-    if cached is not None and starts and min(starts) < cached[1]:
-        _floors[engine] = (cached[0], min(starts))
+    async with db.transaction() as conn:
+        await conn.run_sync(wait_briefly)
+        bound = await _bound(conn)
+        if bound is None:
+            return None
+        locked = await conn.execute(_LIVE_SINCE.with_for_update())
+        if locked.scalar() is None:
+            await conn.execute(insert(task_live_weeks).values(id=1, since=bound))
+            return None
+        oldest: datetime | None = (await conn.execute(_OLDEST_LIVE, {"bound": bound})).scalar()
+        since = max(bound, period_start(min(oldest or _now(), _now() - RECENT)))
+        await conn.execute(update(task_live_weeks).where(task_live_weeks.c.id == 1).values(since=since))
+        return since
 
 
 # --- retention ---------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from rackflow.store.dialect import for_update, walking_in_order
 from rackflow.store.instances import is_live, lease_cutoff, lease_params
 from rackflow.store.streak_checks import mark_schedules_of_tasks
 from rackflow.store.tables import components, task_attempt, task_step_state, tasks, window_decisions_owed
-from rackflow.store.task_partitions import filed_at, live_floor, of_tasks
+from rackflow.store.task_partitions import LIVE_FILING, filed_at, live_weeks, of_tasks
 from rackflow.store.tasks import (
     NOT_HELD,
     OLDEST_FIRST,
@@ -102,8 +102,7 @@ async def pick(
         "room": limit,
         **lease_params(db, lease_ttl),
     }
-    if (weeks := await live_floor(conn)) is not None:
-        params["filed_before"], params["live_since"] = weeks
+    params.update(await live_weeks(conn))
     async with walking_in_order(conn):  # the live queue in its order, whatever the statistics say
         picked = await conn.execute(_pick_statement(db), params)
     return [(task_from_row(r), r.attempts + 1) for r in picked]
@@ -214,14 +213,8 @@ def _pick_statement(db: Database) -> Select[Any]:
     # Never a task this instance is running now, whatever its lease looks like: a loaded instance whose
     # own heartbeat lapsed must not start a second run of its own task.
     not_running_here = tasks.c.id.not_in(bindparam("running_here", expanding=True, type_=tasks.c.id.type))
-    # On PostgreSQL, the partitions that can hold a live task (`task_partitions.live_floor`).
-    filing: ColumnElement[bool] = true()
-    if db.is_postgres:
-        filed = tasks.c.filed_at
-        filing = or_(
-            filed < bindparam("filed_before", type_=filed.type),
-            filed >= bindparam("live_since", type_=filed.type),
-        )
+    # On PostgreSQL, the partitions that can hold a live task (`task_partitions.live_weeks`).
+    filing = LIVE_FILING if db.is_postgres else true()
     stmt = db.skip_locked(
         select(*TASK_COLUMNS)
         # `is_active` adds nothing to the branches but the partial index's predicate, for SQLite to use it.

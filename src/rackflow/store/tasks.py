@@ -27,6 +27,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
     union_all,
     update,
 )
@@ -243,8 +244,12 @@ async def attempts(
 
 # The statements of a submit's lookups by key, built once (`dialect.by_keys` reuses what it builds from each).
 _RACK_NAMES = select(racks.c.id, racks.c.name)
-# A rack's blocking or waiting tasks: every active task, and cancelled ones still held.
-_LIVE_TASKS = select(*TASK_COLUMNS).where(is_live_on_rack(tasks))
+# A rack's blocking or waiting tasks: every active task, and cancelled ones still held; on PostgreSQL in the
+# partitions that can hold one (`task_partitions.live_weeks`).
+_LIVE_TASKS = {
+    POSTGRESQL: select(*TASK_COLUMNS).where(is_live_on_rack(tasks), task_partitions.LIVE_FILING),
+    SQLITE: select(*TASK_COLUMNS).where(is_live_on_rack(tasks)),
+}
 
 
 async def lock_racks(
@@ -295,9 +300,11 @@ async def blocking_and_waiting(
     """
     blocking: dict[uuid.UUID, list[Task]] = defaultdict(list)
     waiting: dict[uuid.UUID, int] = defaultdict(int)
-    for chunk in chunked(set(rack_ids)):
-        stmt = by_keys(conn.dialect.name, _LIVE_TASKS, tasks.c.rack_id, chunk, order_by=OLDEST_FIRST)
-        for row in await conn.execute(stmt):
+    racks_ = set(rack_ids)
+    dialect, weeks = conn.dialect.name, await task_partitions.live_weeks(conn) if racks_ else {}
+    for chunk in chunked(racks_):
+        stmt = by_keys(dialect, _LIVE_TASKS[dialect], tasks.c.rack_id, chunk, order_by=OLDEST_FIRST)
+        for row in await conn.execute(stmt, weeks):
             if row.status == TaskStatus.WAITING.value:
                 waiting[row.rack_id] += 1
             if row.status in _BLOCKING or row.owner_id is not None:
@@ -631,9 +638,11 @@ async def lock_racks_with_waiting(
     start-up look at the approval policies")."""
     has_waiting = _RACK_HAS_WAITING[db.dialect].label("has_waiting")
     found: set[uuid.UUID] = set()
+    weeks = await task_partitions.live_weeks(conn)
     for chunk in chunked(in_id_order(rack_ids)):
         stmt = select(racks.c.id, has_waiting).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
-        found.update(r.id for r in await conn.execute(db.for_update(stmt, keys_kept=True)) if r.has_waiting)
+        locked = await conn.execute(db.for_update(stmt, keys_kept=True), weeks)
+        found.update(r.id for r in locked if r.has_waiting)
     return found
 
 
@@ -645,7 +654,7 @@ async def lock_racks_with_waiting(
 # an aggregate it does neither with. SQLite reads the rack's index by status, for each rack.
 _RACK_HAS_WAITING = {
     POSTGRESQL: select(func.coalesce(func.bool_or(status_in(tasks.c.status, TaskStatus.WAITING)), false()))
-    .where(tasks.c.rack_id == racks.c.id, is_live_on_rack(tasks))
+    .where(tasks.c.rack_id == racks.c.id, is_live_on_rack(tasks), task_partitions.LIVE_FILING)
     .scalar_subquery(),
     SQLITE: select(tasks.c.id)
     .where(tasks.c.rack_id == racks.c.id, status_in(tasks.c.status, TaskStatus.WAITING))
@@ -681,8 +690,15 @@ async def release_dead_holds(
 async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> set[uuid.UUID]:
     """Racks with a waiting task that has expired, or with waiting tasks and nothing blocking them."""
     blocker = tasks.alias("blocker")
+    # On PostgreSQL both read the partitions that can hold a live task alone (`task_partitions.live_weeks`).
+    weeks = await task_partitions.live_weeks(conn)
+    filings = (
+        [task_partitions.live_filing(tasks.c.filed_at), task_partitions.live_filing(blocker.c.filed_at)]
+        if weeks
+        else [true()] * 2
+    )
     nothing_blocks = ~(
-        select(blocker.c.id).where(blocker.c.rack_id == tasks.c.rack_id, blocks(blocker)).exists()
+        select(blocker.c.id).where(blocker.c.rack_id == tasks.c.rack_id, blocks(blocker), filings[1]).exists()
     )
     rows = await conn.execute(
         select(tasks.c.rack_id)
@@ -692,7 +708,9 @@ async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> se
             is_active(tasks.c.status),
             status_in(tasks.c.status, TaskStatus.WAITING),
             or_(tasks.c.queue_expires_at <= now, nothing_blocks),
-        )
+            filings[0],
+        ),
+        weeks,
     )
     return set(rows.scalars())
 

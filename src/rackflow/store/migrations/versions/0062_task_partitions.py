@@ -29,7 +29,9 @@ made), then the tasks, then the children (the order every writer takes), for cat
    rack_id), which stay the partition's own; `tasks_before` attached ([MINVALUE, BOUND): the CHECK spares
    the scan);
 5. each child alike (its key and its key to `tasks_before` stay the partition's);
-6. the weeks from BOUND to `task_partitions.LOOKAHEAD` from now, six tables each.
+6. the weeks from BOUND to `task_partitions.LOOKAHEAD` from now, six tables each; and the table
+   `task_live_weeks`, where the weeks that can hold a live task begin (BOUND: every week), which the reads
+   of the live tasks are bounded by (`task_partitions.live_weeks`).
 
 If the side connection cannot take a step (a lock timeout), the migration does it itself: the CHECKs' scans
 and the index's build then block writes. A retry takes over the CHECKs and the index it finds.
@@ -63,6 +65,7 @@ CHILDREN = ("task_attempt", "task_step_state", "preflight_tasks", "preflight_res
 LONG_AGO = "'0001-01-01 00:00:00+00'"
 LEAD_DAYS = 7
 UNIQUE = "uq_tasks_run_id_rack_id_filed_at"
+LIVE_WEEKS = "task_live_weeks"
 UNIQUE_BEFORE = "uq_tasks_run_id_rack_id"  # the flat table's, kept by the partition before the weeks
 SIDE_LOCK_TIMEOUT = "5s"
 
@@ -113,7 +116,14 @@ def _check(table: str) -> str:
 
 def upgrade() -> None:
     conn = op.get_bind()
-    if conn.dialect.name != "postgresql":
+    op.create_table(
+        LIVE_WEEKS,
+        sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("since", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=f"pk_{LIVE_WEEKS}"),
+    )
+    if conn.dialect.name != "postgresql":  # the row too, as on PostgreSQL (nothing reads it here)
+        conn.execute(text(f"INSERT INTO {LIVE_WEEKS} (id, since) VALUES (1, '0001-01-01 00:00:00.000000')"))
         for table in (TASKS, *CHILDREN):
             op.add_column(
                 table,
@@ -129,6 +139,8 @@ def upgrade() -> None:
     assert bound is not None
     _convert(conn, bound)
     ensure_partitions(conn, now)
+    # Every week may hold a live task (none does yet): the first keeper's round raises it.
+    conn.execute(text(f"INSERT INTO {LIVE_WEEKS} (id, since) VALUES (1, :b)"), {"b": bound})
 
 
 def _prepare_online(conn: Connection) -> None:
@@ -270,6 +282,7 @@ def _convert(conn: Connection, bound: datetime) -> None:
 
 def downgrade() -> None:
     conn = op.get_bind()
+    op.drop_table(LIVE_WEEKS)
     if conn.dialect.name != "postgresql":
         for table in (TASKS, *CHILDREN):
             op.execute(f"ALTER TABLE {table} DROP COLUMN {_column(table)}")
