@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from rackflow.store import task_partitions
 from rackflow.store.db import Database
 
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
@@ -65,6 +66,7 @@ async def _all_sent(
     async with db.engine.connect() as conn:
         transaction = await conn.begin()
         try:
+            await task_partitions.live_weeks(conn)  # the tasks' first week, read once per engine
             with statements_sent(db) as sent:
                 await send(conn)
         finally:

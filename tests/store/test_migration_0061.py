@@ -53,4 +53,5 @@ async def test_tasks_are_vacuumed_often_and_back_down(db_at_0060: Database) -> N
     await downgrade(db, "0060")
     if db.is_postgres:
         assert await _storage(db) == {"fillfactor=70"}
-    assert await table_counts(db) == upgraded_counts(before)
+    made_later = {"task_live_weeks"}  # by 0062, gone with it
+    assert await table_counts(db) == {k: v for k, v in upgraded_counts(before).items() if k not in made_later}

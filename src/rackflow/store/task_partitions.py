@@ -29,6 +29,10 @@ task's id is minted at its creation.
   keeps; the partition before, and a week that must stay, are deleted in batches as before.
 * **A statement naming tasks by id names their partitions** (`of_tasks`): the filing times of those ids,
   and LONG_AGO for the rows filed before 0062. Without it PostgreSQL probes every week's key.
+* **A read of the live tasks reads the weeks that can hold one** (`live_filing`, `live_weeks`): the
+  partition before the weeks and the weeks from `task_live_weeks.since`, lowered by the transaction that
+  files a task further back and raised by the keeper (`raise_live_since`). Without it each lookup of a
+  rack's live tasks planned every week: 19-44 ms of planning a statement at a year of weeks.
 
 SQLite keeps flat tables with the same columns (written alike, never read for routing); nothing else here
 applies to it.
