@@ -5,7 +5,7 @@ Every table gets its filing time: `tasks.filed_at`, and `task_filed_at` on `task
 `task_step_state`, `preflight_tasks`, `preflight_results` and `preflight_overrides`, a constant default
 (LONG_AGO, 0001-01-01 UTC) that the rows found keep and the release before this one writes while it still
 serves. This release writes the filing time of each task's id (`store.task_partitions`). SQLite: the
-columns, nothing else.
+columns and the table `task_live_weeks` (step 6), nothing else.
 
 PostgreSQL: each table becomes a table partitioned by RANGE of its filing time, the table found becoming
 its partition `…_before`, [MINVALUE, BOUND), with its rows, key, indexes and foreign keys: nothing is
@@ -15,7 +15,7 @@ connection of its own, outside the migration's transaction, while reads and writ
 
 1. the columns added (an ACCESS EXCLUSIVE lock each, for no scan: a constant default);
 2. on each table `CHECK (filed_at < BOUND) NOT VALID` (the lock, no scan), then validated (a scan under
-   SHARE UPDATE EXCLUSIVE, which writes do not wait for); and alike on the tasks FILED_BY_ID, which every
+   SHARE UPDATE EXCLUSIVE, which writes do not wait for); and alike on the tasks `tasks_filed_by_id`, which every
    partition inherits: a task is filed where its id says, and a run's tasks together (below);
 3. `CREATE UNIQUE INDEX CONCURRENTLY uq_tasks_run_id_rack_id_filed_at ON tasks (run_id, rack_id,
    filed_at)`, the partitioned table's unique index, taken over as the partition's.
