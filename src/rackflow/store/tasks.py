@@ -300,8 +300,8 @@ async def blocking_and_waiting(
     """
     blocking: dict[uuid.UUID, list[Task]] = defaultdict(list)
     waiting: dict[uuid.UUID, int] = defaultdict(int)
-    racks_ = set(rack_ids)
-    dialect, weeks = conn.dialect.name, await task_partitions.live_weeks(conn) if racks_ else {}
+    racks_, dialect = set(rack_ids), conn.dialect.name
+    weeks = await task_partitions.live_weeks(conn) if racks_ else {}
     for chunk in chunked(racks_):
         stmt = by_keys(dialect, _LIVE_TASKS[dialect], tasks.c.rack_id, chunk, order_by=OLDEST_FIRST)
         for row in await conn.execute(stmt, weeks):
