@@ -136,6 +136,7 @@ async def ensure_weeks(db: Database) -> None:
             "dropped %s, emptied by the run cap",
         ),
         ("task", task_partitions.keep_ahead, "coming weeks not made", "made %s"),
+        ("task", _live_weeks_raised, "the weeks of the live tasks not raised", "live tasks' weeks from %s"),
     )
     for kind, step, failed, done in steps:
         try:
@@ -151,14 +152,12 @@ async def ensure_weeks(db: Database) -> None:
             continue
         if names:
             log.info(f"{kind} partitions: " + done, ", ".join(names))
-    try:
-        await task_partitions.raise_live_since(db)
-    except Exception as exc:
-        log.warning(
-            "task partitions: the weeks of the live tasks not raised (%s); retrying in %s",
-            exc,
-            format_go_duration(KEEP_AHEAD_EVERY),
-        )
+
+
+async def _live_weeks_raised(db: Database) -> list[str]:
+    """`task_partitions.raise_live_since` as a step of `ensure_weeks`: the week it wrote, if any."""
+    since = await task_partitions.raise_live_since(db)
+    return [since.date().isoformat()] if since is not None else []
 
 
 async def keep_weeks(db: Database, stop: asyncio.Event) -> None:

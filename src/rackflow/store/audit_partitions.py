@@ -27,6 +27,7 @@ SQLite has no partitions: nothing here applies to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -160,7 +161,22 @@ def droppable(conn: Connection, cutoff: datetime) -> list[Partition]:
     """The partitions all of whose range is older than `cutoff`, oldest first."""
     if not is_partitioned(conn):
         return []
-    return [p for p in partitions(conn) if p.upper is not None and p.upper <= cutoff]
+    return older_than(partitions(conn), cutoff)
+
+
+def older_than(parts: Iterable[Partition], cutoff: datetime) -> list[Partition]:
+    """Those of `parts` all of whose range is older than `cutoff`, in their order: what a retention with
+    that cutoff may drop whole (the audit trail's, the runs' and the tasks' weeks)."""
+    return [p for p in parts if p.upper is not None and p.upper <= cutoff]
+
+
+def kept_from(parts: Iterable[Partition], cutoff: datetime) -> datetime | None:
+    """The start of the oldest of `parts` not all older than `cutoff`: where a retention's batched delete
+    stops, a row from there on going with its partition; None: no such partition."""
+    return min(
+        (p.lower for p in parts if p.lower is not None and (p.upper is None or p.upper > cutoff)),
+        default=None,
+    )
 
 
 def drop_partition(conn: Connection, partition: Partition) -> int:

@@ -58,7 +58,7 @@ from rackflow.store.tables import (
     racks,
     tasks,
 )
-from rackflow.store.task_partitions import filed_at, live_filing, live_weeks
+from rackflow.store.task_partitions import filed_at, in_live_weeks, live_weeks
 from rackflow.store.tasks import OLDEST_FIRST, TASK_COLUMNS, hold_values, is_active, status_in, task_from_row
 
 # What the writes that make a held task's round due now ask to be told after commit (`Database.on_commit`):
@@ -376,11 +376,8 @@ async def due(conn: AsyncConnection, gate: str, *, now: datetime, limit: int) ->
 
 
 def _in_live_weeks(weeks: dict[str, datetime]) -> tuple[ColumnElement[bool], ...]:
-    """On PostgreSQL (`weeks`: `task_partitions.live_weeks`), a held task and its waiting row in the
-    partitions that can hold a live task, not every week's."""
-    if not weeks:
-        return ()
-    return (live_filing(tasks.c.filed_at), live_filing(preflight_tasks.c.task_filed_at))
+    """A held task and its waiting row in the partitions that can hold a live task (PostgreSQL)."""
+    return in_live_weeks(weeks, tasks.c.filed_at, preflight_tasks.c.task_filed_at)
 
 
 async def next_round_at(conn: AsyncConnection, gate: str, *, now: datetime) -> datetime | None:

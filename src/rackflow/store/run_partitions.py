@@ -80,6 +80,8 @@ from rackflow.store.audit_partitions import (
     Partition,
     bound_literal,
     is_partitioned,
+    kept_from,
+    older_than,
     partitions,
     wait_briefly,
 )
@@ -170,7 +172,7 @@ def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
     """The weeks all of whose range is older than `cutoff`, oldest first: those `drop_partition` may drop."""
     if not is_runs_partitioned(conn):
         return []
-    return [p for p in weeks(conn) if p.upper is not None and p.upper <= cutoff]
+    return older_than(weeks(conn), cutoff)
 
 
 # The bound in the text of the DEFAULT partition's CHECK (BEFORE), as this session prints it; on the runs'
@@ -221,8 +223,7 @@ def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
     the DEFAULT partition, or in a past week kept for a live run) is deleted by itself. None: no weeks."""
     if not is_runs_partitioned(conn):
         return None
-    lowers = [p.lower for p in weeks(conn) if p.lower is not None and (p.upper is None or p.upper > cutoff)]
-    return min(lowers, default=None)
+    return kept_from(weeks(conn), cutoff)
 
 
 # A week is dropped only when, under its lock, none of its runs is one the prune keeps or fired since the

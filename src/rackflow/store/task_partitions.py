@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from weakref import WeakKeyDictionary
 
@@ -69,6 +69,8 @@ from rackflow.store.audit_partitions import (
     PERIOD,
     Partition,
     bound_literal,
+    kept_from,
+    older_than,
     partitions,
     period_start,
     wait_briefly,
@@ -261,6 +263,14 @@ def live_filing(filed: ColumnElement[datetime] = tasks.c.filed_at) -> ColumnElem
 LIVE_FILING = live_filing()
 
 
+def in_live_weeks(
+    weeks: Mapping[str, datetime], *filed: ColumnElement[datetime]
+) -> tuple[ColumnElement[bool], ...]:
+    """`live_filing` of each filing column for a statement run with `weeks` (`live_weeks`'s values); none
+    on SQLite, whose `weeks` are empty."""
+    return tuple(live_filing(column) for column in filed) if weeks else ()
+
+
 async def live_weeks(conn: AsyncConnection) -> dict[str, datetime]:
     """The values of `live_filing`, read in the caller's transaction ({} on SQLite, which has no partitions
     and whose statements leave it out): BOUND, and where the weeks that can hold a live task begin
@@ -358,7 +368,7 @@ def past_weeks(conn: Connection, cutoff: datetime) -> list[Partition]:
     """The weeks all of whose range is older than `cutoff`, oldest first: those `drop_week` may drop."""
     if not is_partitioned(conn):
         return []
-    return [p for p in weeks(conn) if p.upper is not None and p.upper <= cutoff]
+    return older_than(weeks(conn), cutoff)
 
 
 def drop_week(conn: Connection, week: Partition, cutoff: datetime) -> int | None:
@@ -386,5 +396,4 @@ def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
     a week from there on goes with its week); None: no weeks."""
     if not is_partitioned(conn):
         return None
-    lowers = [p.lower for p in weeks(conn) if p.lower is not None and (p.upper is None or p.upper > cutoff)]
-    return min(lowers, default=None)
+    return kept_from(weeks(conn), cutoff)

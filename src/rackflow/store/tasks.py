@@ -27,7 +27,6 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
-    true,
     union_all,
     update,
 )
@@ -692,13 +691,13 @@ async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> se
     blocker = tasks.alias("blocker")
     # On PostgreSQL both read the partitions that can hold a live task alone (`task_partitions.live_weeks`).
     weeks = await task_partitions.live_weeks(conn)
-    filings = (
-        [task_partitions.live_filing(tasks.c.filed_at), task_partitions.live_filing(blocker.c.filed_at)]
-        if weeks
-        else [true()] * 2
-    )
+    in_live_weeks = task_partitions.in_live_weeks
     nothing_blocks = ~(
-        select(blocker.c.id).where(blocker.c.rack_id == tasks.c.rack_id, blocks(blocker), filings[1]).exists()
+        select(blocker.c.id)
+        .where(
+            blocker.c.rack_id == tasks.c.rack_id, blocks(blocker), *in_live_weeks(weeks, blocker.c.filed_at)
+        )
+        .exists()
     )
     rows = await conn.execute(
         select(tasks.c.rack_id)
@@ -708,7 +707,7 @@ async def racks_needing_promotion(conn: AsyncConnection, *, now: datetime) -> se
             is_active(tasks.c.status),
             status_in(tasks.c.status, TaskStatus.WAITING),
             or_(tasks.c.queue_expires_at <= now, nothing_blocks),
-            filings[0],
+            *in_live_weeks(weeks, tasks.c.filed_at),
         ),
         weeks,
     )
