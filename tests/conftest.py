@@ -262,15 +262,21 @@ def served_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             yield url
 
 
+# Tables whose rows a trigger derives from other tables' as they are written, which `table_counts` leaves
+# out: the weeks of tasks created late (0063; tests/store/test_migration_0063.py checks them).
+DERIVED_TABLES = {"task_late_weeks"}
+
+
 async def table_counts(db: Database) -> dict[str, int]:
-    """Row count of every table: tests assert a refused request left these unchanged. The audit trail's
-    partitions (PostgreSQL, migration 0028) are not tables of `metadata`: `audit_events` counts their rows."""
+    """Row count of every table but the DERIVED_TABLES: tests assert a refused request left these unchanged.
+    The audit trail's partitions (PostgreSQL, migration 0028) are not tables of `metadata`: `audit_events`
+    counts their rows."""
     async with db.read() as conn:
         present = set(await conn.run_sync(lambda sync: sync.dialect.get_table_names(sync)))
         return {
             t.name: (await conn.execute(text(f'SELECT count(*) FROM "{t.name}"'))).scalar_one()
             for t in metadata.sorted_tables
-            if t.name in present  # a database at an older revision lacks the later tables
+            if t.name in present and t.name not in DERIVED_TABLES  # an older revision lacks the later tables
         }
 
 
@@ -339,7 +345,8 @@ def upgraded_counts(before: dict[str, int]) -> dict[str, int]:
     """What `table_counts` must read once a database counted at an older revision is upgraded to the head:
     every table kept its rows, and every table a later revision created is there, empty but for the rows
     its migration writes (`MIGRATIONS_ROWS`)."""
-    return {**dict.fromkeys((t.name for t in metadata.sorted_tables), 0), **MIGRATIONS_ROWS, **before}
+    made = (t.name for t in metadata.sorted_tables if t.name not in DERIVED_TABLES)
+    return {**dict.fromkeys(made, 0), **MIGRATIONS_ROWS, **before}
 
 
 def schedule_row(schedule_id: uuid.UUID, name: str, at: datetime) -> dict[str, object]:

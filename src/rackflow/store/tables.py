@@ -433,6 +433,18 @@ task_live_weeks = Table(
     Column("since", UTCDateTime, nullable=False),
 )
 
+# Each week of tasks (its Monday, as the partitions' bounds) that holds a task created at or after the week
+# ended, with the latest such creation (PostgreSQL, migration 0063: written by a trigger on `tasks`, for
+# every writer; `store.task_partitions.created_since`). A task is filed in its run's week, not its own: a
+# rollout's later wave, a run that waited, a retry. A newest-first page of tasks reads the weeks of its
+# creation times and these. The week of long ago stands for the partition before the weeks.
+task_late_weeks = Table(
+    "task_late_weeks",
+    metadata,
+    Column("week", UTCDateTime, primary_key=True, autoincrement=False),
+    Column("last_created_at", UTCDateTime, nullable=False),
+)
+
 # The schedules whose failing streak (`pause_after_failed_runs`, docs/SAFETY.md) must be looked at again:
 # a write that can change what decides it marked them (store.streak_checks, migration 0023). A row per
 # mark, each writer's its own (migration 0029): a look can take only marks whose writers have committed.
