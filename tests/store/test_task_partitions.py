@@ -5,12 +5,14 @@ first, unless it holds a task the prune keeps, and deletes the rest in batches."
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
-from sqlalchemy import Connection, insert, select, text
+from sqlalchemy import Connection, event, insert, select, text
 
 from rackflow.domain.tasks import Operation, Task, TaskStatus
 from rackflow.ids import id_at_time
@@ -18,7 +20,8 @@ from rackflow.store import task_partitions, task_runs
 from rackflow.store import tasks as task_store
 from rackflow.store.audit_partitions import PERIOD, period_start
 from rackflow.store.db import Database
-from rackflow.store.tables import racks, task_attempt, task_step_state, tasks
+from rackflow.store.tables import racks, task_attempt, task_late_weeks, task_schedule, task_step_state, tasks
+from tests.conftest import schedule_row
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
 
@@ -193,3 +196,99 @@ async def test_the_claim_reads_the_weeks_a_live_task_can_be_in(pg: Database) -> 
     assert await _picked(pg) == {late}
     assert await task_partitions.raise_live_since(pg) == period_start(task_partitions.filed_at(elsewhere))
     assert await _picked(pg) == {late, elsewhere}
+
+
+async def test_pages_of_the_newest_tasks_read_their_weeks_and_the_late_ones_and_miss_none(
+    pg: Database,
+) -> None:
+    """A newest-first page of tasks is first looked for in the newest weeks and the weeks where a task was
+    created late (`task_late_weeks`, kept by migration 0063's trigger), then wider: every page of every
+    kind of list, walked by key, is the list read whole, though a tenth of the tasks were created weeks
+    after the week they are filed in (a rollout's later wave), some of them filed before the weeks; and
+    the first pages were answered from a window."""
+    rng = random.Random(29)
+    now = datetime.now(UTC)
+    schedule = uuid.uuid4()
+    async with pg.transaction() as conn:
+        await conn.execute(insert(task_schedule).values(schedule_row(schedule, "nightly", now)))
+        bound = await conn.run_sync(task_partitions.first_week)
+    assert bound is not None
+    statuses = [s.value for s in TaskStatus]
+    rows = []
+    for n in range(400):
+        filed = now - timedelta(days=rng.uniform(0, 7 * (EARLIER_WEEKS + 3)))
+        task_id = uuid.uuid4() if n % 25 == 0 else id_at_time(filed)
+        late = (
+            timedelta(days=rng.uniform(7, 50)) if rng.random() < 0.1 else timedelta(minutes=rng.uniform(0, 5))
+        )
+        created = min(filed + late, now)
+        rows.append(_row(task_id, rng.choice(statuses), created, schedule_id=schedule if n % 2 else None))
+    async with pg.transaction() as conn:
+        await conn.execute(insert(tasks), rows)
+        late_weeks = (await conn.execute(select(task_late_weeks.c.week))).scalars().all()
+    assert any(week < bound for week in late_weeks) and any(week >= bound for week in late_weeks)
+
+    windowed: list[str] = []
+
+    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "filed_at >=" in statement and "created_at >=" in statement:
+            windowed.append(statement)
+
+    lists = [
+        {},
+        {"schedule_id": schedule},
+        {"schedule_id": schedule, "active_only": True},
+        {"statuses": [TaskStatus.FAILED, TaskStatus.COMPLETED]},
+        {"rack_id": RACK, "statuses": [TaskStatus.PENDING]},
+    ]
+    event.listen(pg.engine.sync_engine, "before_cursor_execute", note)
+    try:
+        for filters in lists:
+            args: dict[str, Any] = {"rack_id": None, "schedule_id": None, "active_only": False, **filters}
+            async with pg.read() as conn:
+                whole, _ = await task_store.list_tasks(conn, **args, offset=0, limit=None)
+            for limit in (7, 40):
+                walked: list[uuid.UUID] = []
+                after = None
+                while True:
+                    async with pg.read() as conn:
+                        page, _ = await task_store.list_tasks(
+                            conn, **args, offset=0, limit=limit, after=after
+                        )
+                    walked += [task.id for task in page]
+                    if len(page) < limit:
+                        break
+                    after = (page[-1].created_at, page[-1].id)
+                assert walked == [task.id for task in whole], (filters, limit)
+    finally:
+        event.remove(pg.engine.sync_engine, "before_cursor_execute", note)
+    assert windowed, "no page was answered from a window of weeks"
+
+
+async def test_the_overview_s_reads_find_a_task_created_late_and_a_live_one_filed_far_back(
+    pg: Database,
+) -> None:
+    """The overview's counts and failures of a day read the weeks of that day and the weeks with a task
+    created late (`task_partitions.created_from`); its counts of live tasks and the list of the active ones
+    read the weeks a live task can be in (`live_only`): a failed task of a run six weeks back created today
+    and a pending one filed five weeks back are found by each."""
+    now = datetime.now(UTC)
+    failed_late = id_at_time(now - timedelta(weeks=6))
+    async with pg.transaction() as conn:
+        await conn.execute(insert(tasks).values(_row(failed_late, "failed", now)))
+        await conn.execute(
+            insert(tasks).values(_row(id_at_time(now - timedelta(weeks=7)), "failed", now - PERIOD))
+        )
+    pending = Task(id_at_time(now - timedelta(weeks=5)), Operation.from_json({"kind": "power_on"}), RACK, (),
+                   "", TaskStatus.PENDING, "", None, now, None, None, now)  # fmt: skip
+    async with pg.transaction() as conn:
+        await task_store.insert_tasks(conn, [pending])
+    async with pg.read() as conn:
+        failed = await task_store.failed_since(conn, created_since=now - timedelta(days=1), limit=10)
+        counts = await task_store.status_counts(conn, created_since=now - timedelta(days=1))
+        active, total = await task_store.list_tasks(
+            conn, rack_id=None, schedule_id=None, active_only=True, offset=0, limit=10
+        )
+    assert [task.id for task in failed] == [failed_late]
+    assert counts == {TaskStatus.FAILED: 1, TaskStatus.PENDING: 1}
+    assert ([task.id for task in active], total) == ([pending.id], 1)

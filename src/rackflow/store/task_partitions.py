@@ -47,12 +47,15 @@ from datetime import UTC, datetime, timedelta
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Connection,
     Engine,
     Table,
+    and_,
     any_,
     bindparam,
+    delete,
     func,
     insert,
     or_,
@@ -84,6 +87,7 @@ from rackflow.store.tables import (
     preflight_results,
     preflight_tasks,
     task_attempt,
+    task_late_weeks,
     task_live_weeks,
     task_step_state,
     tasks,
@@ -245,19 +249,71 @@ async def ensure_weeks_for(conn: AsyncConnection, task_ids: Collection[uuid.UUID
     return made
 
 
+# --- the weeks a page of the newest tasks is in -----------------------------------------------------------
+
+# How many weeks, back from the newest a page can hold, each try of a newest-first page of tasks reads
+# before every week is (`page_weeks`). A page of a schedule's tasks of every status, planned over a year
+# of weeks, planned for 86 ms and ran for 17 (docs/PERFORMANCE.md, "A page of tasks from the newest weeks").
+PAGE_WEEKS = (1, 4, 16)
+_LATE_SINCE = select(task_late_weeks.c.week).where(
+    task_late_weeks.c.last_created_at >= bindparam("since", type_=task_late_weeks.c.last_created_at.type)
+)
+
+
+async def page_weeks(conn: AsyncConnection, newest: datetime) -> list[datetime]:
+    """Where each try of a newest-first page of tasks created no later than `newest` (a page after a key:
+    the key's creation time; a first page: now) begins, narrowest first: the start of the last
+    PAGE_WEEKS[i] weeks to `newest`'s (none where the tasks are not partitioned: SQLite, PostgreSQL before
+    0062). A try reads the tasks created since its start (`created_since`); one that fills its page answers
+    it, since every task created since then was read and every other one is older than all of those."""
+    if not await _in_weeks(conn):
+        return []
+    return [period_start(newest) - (count - 1) * PERIOD for count in PAGE_WEEKS]
+
+
+async def created_since(conn: AsyncConnection, since: datetime) -> tuple[ColumnElement[bool], ...]:
+    """The conditions that hold for every task created at or after `since` (a week's start, on PostgreSQL)
+    and bound a read to the partitions such a task can be in: those filed from `since` on, and those where
+    a task was created that late (`task_late_weeks`; for a week before BOUND, the partition before the
+    weeks). Exact: a task filed before `since` and created after it was created after its week ended, and
+    the trigger of migration 0063 wrote its week in the insert's transaction. Their values are parameters
+    PostgreSQL plans with, so it plans those partitions alone."""
+    column = tasks.c.filed_at
+    bound = await _bound(conn)
+    filed = [column >= since]
+    for (week,) in await conn.execute(_LATE_SINCE, {"since": since}):
+        if bound is not None and week < bound:
+            filed.append(column < bound)
+        else:
+            filed.append(and_(column >= week, column < week + PERIOD))
+    return tasks.c.created_at >= since, or_(*filed)
+
+
+async def created_from(conn: AsyncConnection, at: datetime) -> tuple[ColumnElement[bool], ...]:
+    """`created_since` the start of `at`'s week, for a read of the tasks created at or after `at` (the
+    overview's counts and failures of a day); none where the tasks are not partitioned."""
+    return await created_since(conn, period_start(at)) if await _in_weeks(conn) else ()
+
+
 # --- the weeks that can hold a live task -------------------------------------------------------------
 
 _LIVE_SINCE = select(task_live_weeks.c.since).where(task_live_weeks.c.id == 1)
 
 
-def live_filing(filed: ColumnElement[datetime] = tasks.c.filed_at) -> ColumnElement[bool]:
+def live_filing(
+    filed: ColumnElement[datetime] = tasks.c.filed_at, weeks: Mapping[str, datetime] | None = None
+) -> ColumnElement[bool]:
     """The condition on a filing column (`tasks.c.filed_at`, an alias's, a child's `task_filed_at`) that
     bounds a read of live (or held) tasks to the partitions that can hold one, its values from
-    `live_weeks`: the partition before the weeks, and the weeks from `since` on."""
-    return or_(
-        filed < bindparam("filed_before", type_=filed.type),
-        filed >= bindparam("live_since", type_=filed.type),
-    )
+    `live_weeks` (`weeks` if given, else the statement's parameters): the partition before the weeks, and
+    the weeks from `since` on."""
+
+    def value(name: str) -> BindParameter[datetime]:
+        if weeks is None:
+            return bindparam(name, type_=filed.type)
+        return bindparam(name, weeks[name], type_=filed.type)
+
+    return or_(filed < value("filed_before"), filed >= value("live_since"))
 
 
 LIVE_FILING = live_filing()
@@ -269,6 +325,13 @@ def in_live_weeks(
     """`live_filing` of each filing column for a statement run with `weeks` (`live_weeks`'s values); none
     on SQLite, whose `weeks` are empty."""
     return tuple(live_filing(column) for column in filed) if weeks else ()
+
+
+async def live_only(conn: AsyncConnection) -> tuple[ColumnElement[bool], ...]:
+    """`live_filing` of `tasks.filed_at` with its values (`live_weeks`) read now, for a read of live tasks
+    whose statement is not run with them (a count, a list); none on SQLite."""
+    weeks = await live_weeks(conn)
+    return (live_filing(tasks.c.filed_at, weeks),) if weeks else ()
 
 
 async def live_weeks(conn: AsyncConnection) -> dict[str, datetime]:
@@ -289,6 +352,12 @@ async def live_weeks(conn: AsyncConnection) -> dict[str, datetime]:
         return {"filed_before": LONG_AGO, "live_since": LONG_AGO}
     since = (await conn.execute(_LIVE_SINCE)).scalar()
     return {"filed_before": bound, "live_since": bound if since is None else max(since, bound)}
+
+
+async def _in_weeks(conn: AsyncConnection) -> bool:
+    """Whether the tasks are partitioned by week here (PostgreSQL from 0062 on, as this engine first saw
+    it)."""
+    return conn.dialect.name == "postgresql" and await _bound(conn) is not None
 
 
 async def _bound(conn: AsyncConnection) -> datetime | None:
@@ -388,6 +457,7 @@ def drop_week(conn: Connection, week: Partition, cutoff: datetime) -> int | None
     assert week.lower is not None
     for table in (*CHILDREN, tasks):
         conn.execute(text(f"DROP TABLE {partition_name(table.name, week.lower)}"))
+    conn.execute(delete(task_late_weeks).where(task_late_weeks.c.week == week.lower))
     return rows
 
 
