@@ -55,6 +55,7 @@ from rackflow.store.tables import (  # noqa: E402
 from rackflow.timespec import ScheduleSpec  # noqa: E402
 from tests.checks_support import receiving  # noqa: E402
 from tests.e2e.cluster import ServerProcess, fresh_postgres_database, servers, start_server  # noqa: E402
+from tests.store.task_weeks import weeks_made_earlier  # noqa: E402
 
 __all__ = [
     "DatabaseCpu",
@@ -127,34 +128,13 @@ def runs_partitioned_since(engine: Engine, weeks: int) -> datetime | None:
 
 
 def tasks_partitioned_since(engine: Engine, weeks: int) -> datetime | None:
-    """A fresh database's tasks as migration 0062 leaves them `weeks` weeks after it ran (PostgreSQL): the
-    bound of the partitions before the weeks (`tasks_before` and its five children's `…_before`) moved back
-    `weeks` weeks, and the six partitions of each of those weeks made (`task_partitions.make_weeks`), so
-    tasks filed since go to their weeks, as rackflow files them. The partitions before must hold nothing
-    filed at or after the new bound (ATTACH checks them). The CHECK `tasks_filed_by_id` keeps the
-    migration's BOUND: it still refuses a task filed LONG_AGO only for a run of that week or later. Returns
-    the new bound; None on SQLite, where the tasks are not partitioned, or for 0 weeks."""
-    from rackflow.store import task_partitions
-    from rackflow.store.audit_partitions import PERIOD, bound_literal
-
+    """A fresh database's tasks as migration 0062 leaves them `weeks` weeks after it ran
+    (`tests.store.task_weeks.weeks_made_earlier`). Returns the new bound; None on SQLite, where the tasks
+    are not partitioned, or for 0 weeks."""
     if not weeks or engine.dialect.name != "postgresql":
         return None
     with engine.begin() as conn:
-        first = task_partitions.first_week(conn)
-        if first is None:
-            return None
-        bound = first - weeks * PERIOD
-        for table in (task_partitions.PARENT, *(child.name for child in task_partitions.CHILDREN)):
-            before = f"{table}{task_partitions.BEFORE_SUFFIX}"
-            conn.execute(text(f"ALTER TABLE {table} DETACH PARTITION {before}"))
-            conn.execute(
-                text(
-                    f"ALTER TABLE {table} ATTACH PARTITION {before}"
-                    f" FOR VALUES FROM (MINVALUE) TO ({bound_literal(bound)})"
-                )
-            )
-        task_partitions.make_weeks(conn, [bound + k * PERIOD for k in range(weeks)])
-    return bound
+        return weeks_made_earlier(conn, weeks)
 
 
 def add_db_arguments(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, event, insert, select, text
+from sqlalchemy import event, insert, select, text
 
 from rackflow.domain.tasks import Operation, Task, TaskStatus
 from rackflow.ids import id_at_time
@@ -22,6 +22,7 @@ from rackflow.store.audit_partitions import PERIOD, period_start
 from rackflow.store.db import Database
 from rackflow.store.tables import racks, task_attempt, task_late_weeks, task_schedule, task_step_state, tasks
 from tests.conftest import schedule_row
+from tests.store.task_weeks import weeks_made_earlier
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
 
@@ -35,25 +36,10 @@ async def pg(pg_db: str) -> AsyncIterator[Database]:
     migrated that long ago): the partitions before the weeks bounded earlier, the past weeks made."""
     db = Database(pg_db)
     async with db.transaction() as conn:
-        await conn.run_sync(_bound_earlier)
+        await conn.run_sync(weeks_made_earlier, EARLIER_WEEKS)
         await conn.execute(insert(racks).values(id=RACK, name="r1", created_at=datetime.now(UTC)))
     yield db
     await db.dispose()
-
-
-def _bound_earlier(conn: Connection) -> None:
-    bound = task_partitions.first_week(conn)
-    assert bound is not None
-    earlier = bound - EARLIER_WEEKS * PERIOD
-    for table in (tasks.name, *(child.name for child in task_partitions.CHILDREN)):
-        conn.execute(text(f"ALTER TABLE {table} DETACH PARTITION {table}_before"))
-        conn.execute(
-            text(
-                f"ALTER TABLE {table} ATTACH PARTITION {table}_before"
-                f" FOR VALUES FROM (MINVALUE) TO ('{earlier.isoformat()}')"
-            )
-        )
-    task_partitions.make_weeks(conn, [earlier + n * PERIOD for n in range(EARLIER_WEEKS)])
 
 
 def _row(task_id: uuid.UUID, status: str, at: datetime, **more: object) -> dict[str, object]:

@@ -14,6 +14,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -211,9 +212,9 @@ async def insert_tasks(conn: AsyncConnection, new: Sequence[Task]) -> None:
     if not new:
         return
     await task_partitions.ensure_weeks_for(conn, [t.id for t in new])
-    in_order = sorted(new, key=lambda t: task_partitions.filed_at(t.id))
+    rows = sorted(map(_task_values, new), key=itemgetter("filed_at"))
     try:
-        await conn.execute(*insert_rows(conn.dialect.name, tasks, [_task_values(t) for t in in_order]))
+        await conn.execute(*insert_rows(conn.dialect.name, tasks, rows))
     except IntegrityError:
         # The runs are named only for the error: writing and sorting a batch's run ids cost every firing.
         runs = some_of(sorted({str(t.run_id) for t in new if t.run_id is not None}))
