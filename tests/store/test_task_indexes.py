@@ -279,9 +279,9 @@ HOT = {
     ),
     "blocking_tasks": Hot(lambda h, conn: tasks_store.blocking_tasks(conn, h.rows.rack_ids)),
     "waiting_tasks": Hot(lambda h, conn: tasks_store.waiting_tasks(conn, h.rows.rack_ids)),
-    # The racks locked as their tasks end, and which of them have a waiting task to promote.
-    "lock_racks_with_waiting": Hot(
-        lambda h, conn: tasks_store.lock_racks_with_waiting(h.db, conn, h.rows.rack_ids), LIVE_BY_RACK_INDEX
+    # Which of the racks locked as their tasks end have a waiting task to promote.
+    "racks_with_waiting": Hot(
+        lambda h, conn: tasks_store.racks_with_waiting(h.db, conn, h.rows.rack_ids), LIVE_BY_RACK_INDEX
     ),
     # The active tasks of each scope's rack, never the last tasks' rows of the history, nor every live task
     # of the fleet filtered by id for each scope, which PostgreSQL read through ix_tasks_active when its
@@ -385,7 +385,7 @@ async def test_the_promotion_check_looks_up_each_rack_with_the_statistics_of_a_q
     pg_history_analyzed_ended: History,
 ) -> None:
     history = pg_history_analyzed_ended
-    hot = HOT["lock_racks_with_waiting"]
+    hot = HOT["racks_with_waiting"]
     plan = await explain(history.db, *await _statement(history, hot))
     _assert_reads_indexes(hot, plan, history.db.dialect)
     assert PROBED_BY_RACK.search(plan), plan

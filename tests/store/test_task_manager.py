@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -440,3 +441,32 @@ async def test_let_go_in_records_many_endings_in_one_transaction(
         TaskStatus.PENDING,
         TaskStatus.WAITING,
     ]
+
+
+@pytest.mark.postgres
+async def test_a_task_queued_while_an_ending_waits_for_its_rack_is_promoted_by_that_ending(
+    pg_db: str,
+) -> None:
+    """A task queued behind a running one by a submit that holds the rack while the running task's ending
+    waits for it is promoted by that ending, not by the sweep seconds later: once the ending holds the
+    rack, the submit has committed, and its look at the rack's waiting tasks must see what it queued."""
+    db, clock = Database(pg_db), FakeClock(START)
+    manager = TaskManager(db, clock)
+    try:
+        rack = await make_rack(db, clock)
+        running, owner = await submit(manager, rack, POWER_OFF), uuid.uuid4()
+        await start_running(db, running, owner)
+        async with db.transaction() as submitting:
+            [queued] = await manager.submit_in(
+                submitting, POWER_ON, [RackSelection(rack.id, None)], description="test", queue=QUEUE
+            )
+            assert queued.status is TaskStatus.WAITING
+            ending = asyncio.create_task(
+                manager.finish(running.id, owner_id=owner, status=TaskStatus.COMPLETED, message="done")
+            )
+            await asyncio.sleep(0.5)  # the ending waits for the rack the submit holds
+            assert not ending.done()
+        assert await ending
+        assert await statuses(manager, running, queued) == [TaskStatus.COMPLETED, TaskStatus.PENDING]
+    finally:
+        await db.dispose()

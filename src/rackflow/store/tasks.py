@@ -51,7 +51,7 @@ from rackflow.domain.windows import WindowPolicy
 from rackflow.errors import AlreadyExists
 from rackflow.store import kept_counts, task_partitions
 from rackflow.store.db import Database, chunked, in_id_order, some_of, unique_violation_as
-from rackflow.store.dialect import POSTGRESQL, SQLITE, by_keys, in_keys, insert_rows, skip_locked
+from rackflow.store.dialect import POSTGRESQL, SQLITE, by_keys, in_keys, insert_rows, locks_rows, skip_locked
 from rackflow.store.instances import is_live
 from rackflow.store.paging import Key, after_key, count_capped
 from rackflow.store.retention import PRUNE_CHUNK, drop_past_weeks, prune_older
@@ -670,19 +670,30 @@ async def lock_racks_with_waiting(
     """Lock the racks' rows as `lock_racks` does; returns those with a waiting task (only they have
     anything to promote). Under the locks no submit can add one, so the answer holds until commit.
 
-    Each rack's waiting tasks are looked up by the rack (`_RACK_HAS_WAITING`). PostgreSQL planned the
-    EXISTS, given the status alone, as one hashed subplan over every waiting task of the fleet, or, with
-    statistics taken while few tasks were live, as a walk of every live task for each rack: at full size
-    9,852 buffers and 8 ms for ten racks with 9,670 tasks live, at each round of ended tasks, growing with
-    the fleet's queue (docs/PERFORMANCE.md, "The promotion check's look at a rack's waiting tasks, and the
-    start-up look at the approval policies")."""
-    has_waiting = _RACK_HAS_WAITING[db.dialect].label("has_waiting")
-    found: set[uuid.UUID] = set()
+    The waiting tasks are looked for in a statement after the locks, not in the locking one: a submit that
+    held a rack (queueing a task behind the one ending) made the lock wait, and the locking statement's
+    snapshot, taken before it waited, did not see what the submit queued, which then waited for the sweep
+    (tests/store/test_task_manager.py). Each rack's waiting tasks are looked up by the rack
+    (`_RACK_HAS_WAITING`). PostgreSQL planned the EXISTS, given the status alone, as one hashed subplan
+    over every waiting task of the fleet, or, with statistics taken while few tasks were live, as a walk of
+    every live task for each rack: at full size 9,852 buffers and 8 ms for ten racks with 9,670 tasks live,
+    at each round of ended tasks, growing with the fleet's queue (docs/PERFORMANCE.md, "The promotion
+    check's look at a rack's waiting tasks, and the start-up look at the approval policies")."""
+    ids = set(rack_ids)
+    if locks_rows(db.dialect):  # SQLite's transaction holds its one writer's lock already
+        await lock_racks(db, conn, ids)
+    return await racks_with_waiting(db, conn, ids)
+
+
+async def racks_with_waiting(
+    db: Database, conn: AsyncConnection, rack_ids: Collection[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Those of the racks with a waiting task (`lock_racks_with_waiting`'s look, after its locks)."""
     weeks = await task_partitions.live_weeks(conn)
-    for chunk in chunked(in_id_order(rack_ids)):
-        stmt = select(racks.c.id, has_waiting).where(racks.c.id.in_(chunk)).order_by(racks.c.id)
-        locked = await conn.execute(db.for_update(stmt, keys_kept=True), weeks)
-        found.update(r.id for r in locked if r.has_waiting)
+    found: set[uuid.UUID] = set()
+    for chunk in chunked(list(rack_ids)):
+        waiting = select(racks.c.id).where(racks.c.id.in_(chunk), _RACK_HAS_WAITING[db.dialect])
+        found.update((await conn.execute(waiting, weeks)).scalars())
     return found
 
 

@@ -623,8 +623,8 @@ class TaskManager:
         """Record what `owner_id`'s executor is done with, in the caller's transaction; the caller calls
         `wake_executors` after commit when something was promoted.
 
-        Locks the racks first (so a submit on them waits and then sees the tasks gone), learning with the
-        same statement which have waiting tasks (most have none); ends the tasks that are still RUNNING
+        Locks the racks first (so a submit on them waits and then sees the tasks gone), then learns which
+        have waiting tasks (most have none), those a submit queued while the lock waited included; ends the tasks that are still RUNNING
         there, sends those whose attempt failed retryably back for their next attempt (`Ending.retry_at`:
         they stay active, so the rack stays theirs), drops the hold on those cancelled meanwhile, and
         promotes the waiting tasks of those racks. A task taken over by another instance is left alone.
