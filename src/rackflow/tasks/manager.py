@@ -624,11 +624,11 @@ class TaskManager:
         `wake_executors` after commit when something was promoted.
 
         Locks the racks first (so a submit on them waits and then sees the tasks gone), then learns which
-        have waiting tasks (most have none), those a submit queued while the lock waited included; ends the tasks that are still RUNNING
-        there, sends those whose attempt failed retryably back for their next attempt (`Ending.retry_at`:
-        they stay active, so the rack stays theirs), drops the hold on those cancelled meanwhile, and
-        promotes the waiting tasks of those racks. A task taken over by another instance is left alone.
-        The attempts of tasks with retries are recorded (`task_attempt`).
+        have waiting tasks (most have none), those a submit queued while the lock waited included; ends
+        the tasks that are still RUNNING there, sends those whose attempt failed retryably back for their
+        next attempt (`Ending.retry_at`: they stay active, so the rack stays theirs), drops the hold on
+        those cancelled meanwhile, and promotes the waiting tasks of those racks. A task taken over by
+        another instance is left alone. The attempts of tasks with retries are recorded (`task_attempt`).
         """
         waiting = await store.lock_racks_with_waiting(self.db, conn, {e.rack_id for e in endings})
         now = self.clock.now()
