@@ -52,12 +52,12 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
-# Much of the suite's time is waiting (real cron minutes, leases, a check's round), so tests run in 4 workers
-# on 2 cores (3 left the CPU idle through the waits: docs/PERFORMANCE.md, "Four workers"), each given a whole module
-# at a time (`--dist loadfile`), so a module's servers, browser pages and fleets are made once, not once per
-# worker (docs/PERFORMANCE.md, "The suite at the fortieth stop"); the multi-process modules go first, in
-# the order `tests/conftest.py` collects them (xdist would otherwise hand out the modules of most tests first,
-# and the minute of faults, one test, last).
+# Much of the suite's time is waiting (real cron minutes, leases, a check's round), so tests run in 4
+# workers on 2 cores (3 left the CPU idle through the waits: docs/PERFORMANCE.md, "Four workers"), each
+# given a whole module at a time (`--dist loadfile`), so a module's servers, browser pages and fleets are
+# made once, not once per worker (docs/PERFORMANCE.md, "The suite at the fortieth stop"); the
+# multi-process modules go first, in the order `tests/conftest.py` collects them (xdist would otherwise
+# hand out the modules of most tests first, and the minute of faults, one test, last).
 test: $(VENV)/.installed-test lint typecheck browser tools
 	$(BIN)/pytest -q -p no:cacheprovider -n 4 --dist loadfile --no-loadscope-reorder
 
