@@ -7,7 +7,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import text
 
 from rackflow.clock import FakeClock
 from rackflow.domain.inventory import (
@@ -36,7 +35,7 @@ from rackflow.store import tasks as store
 from rackflow.store.db import Database
 from rackflow.tasks.manager import CANCELLED_MESSAGE, EXPIRED_MESSAGE, TaskManager
 from tests.conftest import table_counts
-from tests.store.test_executor import eventually
+from tests.store.lock_waits import waiting_for
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 REJECT = QueueOptions(ConflictStrategy.REJECT)
@@ -466,19 +465,8 @@ async def test_a_task_queued_while_an_ending_waits_for_its_rack_is_promoted_by_t
             ending = asyncio.create_task(
                 manager.finish(running.id, owner_id=owner, status=TaskStatus.COMPLETED, message="done")
             )
-            await eventually(lambda: _a_lock_awaited(db))  # the ending waits for the rack the submit holds
-            assert not ending.done()
+            await waiting_for(db, submitting, ending)  # the ending waits for the rack the submit holds
         assert await ending
         assert await statuses(manager, running, queued) == [TaskStatus.COMPLETED, TaskStatus.PENDING]
     finally:
         await db.dispose()
-
-
-async def _a_lock_awaited(db: Database) -> bool:
-    """Whether a session of the test's database waits for a row lock (pg_stat_activity)."""
-    async with db.read() as conn:
-        waiting = text(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        return bool((await conn.execute(waiting)).scalar_one())
