@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import cast, literal, literal_column, null, select
 
 from rackflow.domain.inventory import (
     ComponentsFilter,
@@ -16,6 +18,8 @@ from rackflow.domain.inventory import (
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
 from rackflow.store.db import Database
+from rackflow.store.dialect import epoch_micros
+from rackflow.store.types import UTCDateTime
 from tests.conftest import table_counts
 from tests.store.schedules_support import Env, make_env, rack_target
 
@@ -201,8 +205,9 @@ async def test_list_scopes_of_unknown_schedule_is_not_found(env: Env) -> None:
 
 
 async def test_the_scope_list_names_each_entry_as_it_is_held(env: Env) -> None:
-    """ListTaskScheduleScopes' page reads the ids as text in the database (`dialect.uuid_text`): each one
-    must be the canonical text of the id the entry holds, a NULL last task none, on both databases."""
+    """ListTaskScheduleScopes' page reads the ids as text in the database (`dialect.uuid_text`) and the
+    creation time as microseconds (`dialect.epoch_micros`): each must be the canonical text of the id the
+    entry holds, a NULL last task none, and the time it holds, on both databases."""
     r1, r2, r3 = await env.rack("r1"), await env.rack("r2"), await env.rack("r3")
     schedule = await env.schedule(
         target=TargetSpec(racks=rack_target(r1, types=COMPUTE).racks + rack_target(r2).racks)
@@ -222,7 +227,7 @@ async def test_the_scope_list_names_each_entry_as_it_is_held(env: Env) -> None:
             names[s.rack_id],
             s.filter,
             None if s.last_task_id is None else str(s.last_task_id),
-            s.created_at,
+            micros_since_epoch(s.created_at),
         )
         for s in held
     ]
@@ -232,3 +237,40 @@ async def test_the_scope_list_names_each_entry_as_it_is_held(env: Env) -> None:
         schedule.id, limit=2, after=(uuid.UUID(first.rack_id),)
     )
     assert after == rest
+
+
+def micros_since_epoch(moment: datetime) -> int:
+    since = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(2026, 12, 7, 21, 51, 34, 1, tzinfo=UTC),
+        datetime(2026, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2199, 2, 28, 12, 0, 0, 500_000, tzinfo=UTC),
+    ],
+)
+async def test_epoch_micros_is_the_time_to_the_microsecond(db: Database, moment: datetime) -> None:
+    """Exact on both databases: PostgreSQL's epoch is a numeric, not a float that would round a
+    microsecond away; SQLite's is the whole seconds and the six digits after them in its text (its time
+    functions would round …59.999999 up to the next second)."""
+    async with db.read() as conn:
+        read = select(epoch_micros(db.dialect, literal(moment, UTCDateTime())))
+        assert (await conn.execute(read)).scalar_one() == micros_since_epoch(moment)
+        assert (
+            await conn.execute(select(epoch_micros(db.dialect, cast(null(), UTCDateTime()))))
+        ).scalar_one() is None
+
+
+async def test_epoch_micros_reads_a_time_held_to_the_whole_second(db: Database) -> None:
+    """A time another writer left whole: on SQLite its text has no digits of fraction ("2026-03-01
+    12:00:00", as CURRENT_TIMESTAMP writes it), and its microseconds are none."""
+    held = "'2026-03-01 12:00:00'" if db.is_sqlite else "timestamptz '2026-03-01 12:00:00+00'"
+    async with db.read() as conn:
+        read = select(epoch_micros(db.dialect, literal_column(held)))
+        assert (await conn.execute(read)).scalar_one() == micros_since_epoch(
+            datetime(2026, 3, 1, 12, tzinfo=UTC)
+        )

@@ -11,7 +11,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from rackflow.api.convert import timestamp_into, timestamp_to
+from rackflow.api.convert import timestamp_from_micros_into, timestamp_into, timestamp_to
 from rackflow.api.convert.schedules import scope_into, scopes_into
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, ComponentType, TypesFilter
 from rackflow.domain.schedules import Scope
@@ -37,6 +37,20 @@ def test_timestamp_into_matches_from_datetime(moment: datetime) -> None:
     assert timestamp_to(moment) == expected
     # In UTC: Python never calls an ambiguous local time (a DST fold) equal to a time of another zone.
     assert made.ToDatetime(tzinfo=UTC) == moment.astimezone(UTC)
+
+
+@given(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)))
+@example(datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+@example(datetime(1970, 1, 1, tzinfo=UTC))
+def test_timestamp_from_micros_into_matches_timestamp_into(moment: datetime) -> None:
+    """A time read as microseconds since the epoch (`store.dialect.epoch_micros`) makes the message its
+    `datetime` makes, before the epoch too."""
+    since = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+    expected, made = Timestamp(), Timestamp()
+    timestamp_into(expected, moment)
+    timestamp_from_micros_into(made, micros)
+    assert (made.seconds, made.nanos) == (expected.seconds, expected.nanos)
 
 
 def test_timestamp_to_keeps_none() -> None:

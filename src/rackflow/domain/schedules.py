@@ -279,7 +279,7 @@ class ListedScope(NamedTuple):
     rack_name: str
     filter: ComponentFilter | None
     last_task_id: str | None
-    created_at: datetime
+    created_at_us: int  # microseconds since the Unix epoch, UTC, as read (`store.dialect.epoch_micros`)
 
 
 @quick_init

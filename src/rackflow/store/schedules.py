@@ -70,6 +70,7 @@ from rackflow.store.dialect import (
     POSTGRESQL,
     SQLITE,
     by_keys,
+    epoch_micros,
     for_update,
     keys_shared,
     locks_rows,
@@ -867,11 +868,12 @@ async def list_scope_page(
     after: Key | None = None,
 ) -> tuple[list[ListedScope], int]:
     """A page of the schedule's scope entries in SCOPE_ORDER (after the key `after` if given), each with
-    its rack's name (a client naming a page's racks need not list every rack) and its ids as text, and how
+    its rack's name (a client naming a page's racks need not list every rack), its ids as text and its
+    creation time as microseconds (`dialect.epoch_micros`), as the response carries them, and how
     many it has (`paging.count_capped`):
 
         SELECT scope.id::text, scope.rack_id::text, racks.name, scope.component_filter,
-               scope.last_task_id::text, scope.created_at
+               scope.last_task_id::text, (extract(epoch FROM scope.created_at) * 1000000)::bigint
         FROM task_schedule_scope scope JOIN racks ON racks.id = scope.rack_id
         WHERE scope.schedule_id = :id AND scope.rack_id > :after ORDER BY scope.rack_id LIMIT :limit
     """
@@ -885,7 +887,7 @@ async def list_scope_page(
             racks.c.name,
             scope.component_filter,
             uuid_text(dialect, scope.last_task_id),
-            scope.created_at,
+            epoch_micros(dialect, scope.created_at),
         )
         .join(racks, racks.c.id == scope.rack_id)
         .where(
@@ -900,8 +902,8 @@ async def list_scope_page(
         .limit(limit)
     )
     listed = [
-        ListedScope(scope_id, rack_id, name, filter_from_json(component_filter), last_task_id, created_at)
-        for scope_id, rack_id, name, component_filter, last_task_id, created_at in (
+        ListedScope(scope_id, rack_id, name, filter_from_json(component_filter), last_task_id, created_at_us)
+        for scope_id, rack_id, name, component_filter, last_task_id, created_at_us in (
             await conn.execute(page)
         ).all()
     ]

@@ -81,6 +81,13 @@ def timestamp_into(ts: Timestamp, value: datetime) -> None:
     ts.nanos = since.microseconds * 1_000
 
 
+def timestamp_from_micros_into(ts: Timestamp, micros: int) -> None:
+    """Set `ts` to the time `micros` microseconds after the Unix epoch (UTC), as a list read it
+    (`store.dialect.epoch_micros`): the nanos count forwards from the second below, as `timestamp_into`'s."""
+    ts.seconds, rest = divmod(micros, 1_000_000)
+    ts.nanos = rest * 1_000
+
+
 def timestamp_from(ts: Timestamp, field: str) -> datetime:
     try:
         return ts.ToDatetime(tzinfo=UTC)

@@ -13,7 +13,13 @@ from typing import Any
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from rackflow.api.convert import component_type_to, timestamp_into, timestamp_to, uuid_to
+from rackflow.api.convert import (
+    component_type_to,
+    timestamp_from_micros_into,
+    timestamp_into,
+    timestamp_to,
+    uuid_to,
+)
 from rackflow.api.convert.policies import retry_policy_to, rollout_to
 from rackflow.api.convert.tasks import scheduled_operation_to, task_status_to
 from rackflow.api.convert.windows import window_policy_to
@@ -179,7 +185,7 @@ def listed_scope_into(msg: pb.TaskScheduleScope, entry: ListedScope, schedule_id
     msg.rack_id.id = entry.rack_id
     if entry.last_task_id is not None:
         msg.last_task_id.id = entry.last_task_id
-    timestamp_into(msg.created_at, entry.created_at)
+    timestamp_from_micros_into(msg.created_at, entry.created_at_us)
     _filter_into(msg, entry.filter)
 
 
