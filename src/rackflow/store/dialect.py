@@ -203,8 +203,8 @@ def epoch_micros(dialect: str, column: ColumnElement[datetime]) -> ColumnElement
     """The UTCDateTime `column` as whole microseconds since the Unix epoch (NULL for NULL), made by the
     database, for a list whose times go straight into its messages: psycopg makes an aware `datetime` of
     each value, `UTCDateTime` checks it is UTC, and the message's `Timestamp` is then made from it again:
-    about 1 µs a value more than from an integer, 8–12 ms of a 10,000-rack schedule's whole scope list
-    (docs/PERFORMANCE.md, "The scopes' creation times as integers").
+    about 1 µs a value more than from an integer. A 10,000-rack schedule's whole scope list took 8–30 ms
+    less in process (docs/PERFORMANCE.md, "The scopes' creation times as integers").
 
     SQLite holds the time as its text in UTC, seconds then six digits of fraction (none in a value another
     writer left whole): its seconds are read without the fraction, which SQLite's time functions round to
