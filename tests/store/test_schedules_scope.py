@@ -17,8 +17,10 @@ from rackflow.domain.inventory import (
     TypesFilter,
 )
 from rackflow.errors import FailedPrecondition, InvalidArgument, NotFound
+from rackflow.ids import EPOCH
 from rackflow.store.db import Database
 from rackflow.store.dialect import epoch_micros
+from rackflow.store.schedules import micros_to
 from rackflow.store.types import UTCDateTime
 from tests.conftest import table_counts
 from tests.store.schedules_support import Env, make_env, rack_target
@@ -240,8 +242,7 @@ async def test_the_scope_list_names_each_entry_as_it_is_held(env: Env) -> None:
 
 
 def micros_since_epoch(moment: datetime) -> int:
-    since = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+    return micros_to(moment - EPOCH)
 
 
 @pytest.mark.parametrize(

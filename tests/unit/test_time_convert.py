@@ -15,6 +15,8 @@ from rackflow.api.convert import timestamp_from_micros_into, timestamp_into, tim
 from rackflow.api.convert.schedules import scope_into, scopes_into
 from rackflow.domain.inventory import ComponentFilter, ComponentsFilter, ComponentType, TypesFilter
 from rackflow.domain.schedules import Scope
+from rackflow.ids import EPOCH
+from rackflow.store.schedules import micros_to
 from rackflow.v1 import flow_pb2 as pb
 
 _ZONES = st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30)), ZoneInfo("Europe/Berlin")])
@@ -45,11 +47,9 @@ def test_timestamp_into_matches_from_datetime(moment: datetime) -> None:
 def test_timestamp_from_micros_into_matches_timestamp_into(moment: datetime) -> None:
     """A time read as microseconds since the epoch (`store.dialect.epoch_micros`) makes the message its
     `datetime` makes, before the epoch too."""
-    since = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
     expected, made = Timestamp(), Timestamp()
     timestamp_into(expected, moment)
-    timestamp_from_micros_into(made, micros)
+    timestamp_from_micros_into(made, micros_to(moment - EPOCH))
     assert (made.seconds, made.nanos) == (expected.seconds, expected.nanos)
 
 
