@@ -1,8 +1,9 @@
 """Migration 0063 on a database holding tasks as release 0062 wrote them, on both databases. PostgreSQL: the
 weeks holding a task created after the week ended are found and written, the partition before the weeks as
 the week of long ago; from then on the trigger writes them, for every writer, keeping each week's latest
-creation; a task created within its week writes nothing; back down again, and up a second time. SQLite:
-the table, empty."""
+creation; a task created within its week writes nothing; back down again, and up a second time; after
+writes that skipped the trigger (a bulk load), `find_late_weeks` records their weeks. SQLite: the table,
+empty."""
 
 from __future__ import annotations
 
@@ -100,3 +101,34 @@ async def test_the_weeks_of_tasks_created_late_are_found_then_kept_by_the_trigge
     assert await migrate(db) == head_revision()  # up again: found again, the partition before as one
     assert set(await _late_weeks(db)) == {task_partitions.LONG_AGO, next_week}
     assert await schema_diff(db) == []
+
+
+async def test_the_weeks_of_late_tasks_written_without_the_trigger_are_found_after(
+    db_at_0062: Database,
+) -> None:
+    """`bench/scale_load.py` loads tasks as a replica, which skips the trigger as it skips the foreign keys'
+    checks; `find_late_weeks` after it records the weeks the trigger would have, and lowers none."""
+    db = db_at_0062
+    assert await migrate(db) == head_revision()
+    next_week = THIS_WEEK + PERIOD
+    await _write(
+        db, _task(id_at_time(next_week + timedelta(hours=1)), next_week + PERIOD + timedelta(hours=9))
+    )
+    async with db.transaction() as conn:
+        if db.is_postgres:
+            await conn.execute(text("SET LOCAL session_replication_role = replica"))
+        await conn.execute(
+            insert(tasks),
+            [
+                _task(id_at_time(next_week + timedelta(hours=2)), next_week + PERIOD + timedelta(hours=5)),
+                _task(id_at_time(THIS_WEEK + timedelta(hours=1)), THIS_WEEK + PERIOD + timedelta(hours=1)),
+                _task(id_at_time(THIS_WEEK + timedelta(hours=2)), THIS_WEEK + timedelta(hours=3)),
+            ],
+        )
+    by_trigger = {next_week: next_week + PERIOD + timedelta(hours=9)}
+    assert await _late_weeks(db) == (by_trigger if db.is_postgres else {})
+
+    async with db.transaction() as conn:
+        await conn.run_sync(task_partitions.find_late_weeks)
+    found = {**by_trigger, THIS_WEEK: THIS_WEEK + PERIOD + timedelta(hours=1)}
+    assert await _late_weeks(db) == (found if db.is_postgres else {})

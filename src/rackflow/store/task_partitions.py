@@ -461,6 +461,38 @@ def drop_week(conn: Connection, week: Partition, cutoff: datetime) -> int | None
     return rows
 
 
+def find_late_weeks(conn: Connection) -> None:
+    """Record in `task_late_weeks` the late tasks `tasks` holds (PostgreSQL): for each week, the latest
+    creation at or after the week's end, read from the week's creation-time index; for the partition
+    before the weeks, whose rows were filed long ago, its latest creation, as one row of the week of long
+    ago. A week's row only rises. Migration 0063 runs it on the tasks it found, under its trigger's lock; a
+    bulk load whose inserts skipped the trigger (`bench/scale_load.py` loads as a replica) runs it after.
+    SQLite's tasks are not partitioned, and its table stays empty.
+
+        INSERT INTO task_late_weeks (week, last_created_at)
+        SELECT :week, max(created_at) FROM tasks_p<week> WHERE created_at >= :week_end
+        HAVING max(created_at) IS NOT NULL ON CONFLICT (week) DO UPDATE …
+    """
+    if not is_partitioned(conn):
+        return
+    found = [(f"{PARENT}{BEFORE_SUFFIX}", LONG_AGO, "TRUE")]
+    for week in weeks(conn):
+        assert week.lower is not None
+        found.append(
+            (week.name, week.lower, f"created_at >= timestamptz {bound_literal(week.lower + PERIOD)}")
+        )
+    for partition, start, where in found:
+        conn.execute(
+            text(
+                f"INSERT INTO {task_late_weeks.name} (week, last_created_at)"
+                f" SELECT timestamptz {bound_literal(start)}, max(created_at) FROM {partition} WHERE {where}"
+                " HAVING max(created_at) IS NOT NULL ON CONFLICT (week) DO UPDATE"
+                " SET last_created_at = excluded.last_created_at"
+                f" WHERE {task_late_weeks.name}.last_created_at < excluded.last_created_at"
+            )
+        )
+
+
 def kept_floor(conn: Connection, cutoff: datetime) -> datetime | None:
     """Where the batched delete stops: the start of the oldest week not all older than `cutoff` (a task of
     a week from there on goes with its week); None: no weeks."""

@@ -31,8 +31,7 @@ Create Date: 2026-12-07
 import sqlalchemy as sa
 from alembic import op
 
-from rackflow.store.audit_partitions import bound_literal
-from rackflow.store.task_partitions import BEFORE_SUFFIX, LONG_AGO, PARENT, weeks
+from rackflow.store.task_partitions import PARENT, find_late_weeks
 from rackflow.store.types import UTCDateTime
 
 revision = "0063"
@@ -68,17 +67,7 @@ def upgrade() -> None:
         f"CREATE TRIGGER {TRIGGER} AFTER INSERT ON {PARENT} FOR EACH ROW"
         f" WHEN (NEW.created_at >= {WEEK_OF_FILING} + {WEEK}) EXECUTE FUNCTION {TRIGGER}()"
     )
-    found = [(f"{PARENT}{BEFORE_SUFFIX}", LONG_AGO, "TRUE")]
-    for week in weeks(conn):
-        assert week.lower is not None
-        found.append(
-            (week.name, week.lower, f"created_at >= timestamptz {bound_literal(week.lower)} + {WEEK}")
-        )
-    for partition, start, where in found:
-        op.execute(
-            f"INSERT INTO {TABLE} (week, last_created_at) SELECT timestamptz {bound_literal(start)}, max(created_at)"
-            f" FROM {partition} WHERE {where} HAVING max(created_at) IS NOT NULL"
-        )
+    find_late_weeks(conn)
 
 
 def downgrade() -> None:
