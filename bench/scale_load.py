@@ -26,7 +26,8 @@ Layout (S schedules, R racks, N runs, A audit events, K racks an NVLink domain):
   or most, or almost none;
 * run k (0..N-1) of schedule k % S, its (k // S)-th firing, spread over the past year, completed, one
   outcome "submitted" naming task k; task k (its schedule's operation) ended 30 s after it started, most
-  completed, some failed or terminated (`task_status`); each scope's last task is its newest;
+  completed, some failed or terminated (`task_status`), most created as their run fired and some days or
+  weeks later (`task_created`); each scope's last task is its newest run's;
 * one schedule "scale-big" over racks 0..B-1 with G runs of B outcomes each (the runs grid);
 * audit events 0..A-1 spread over the year, by 50 principals round-robin.
 """
@@ -130,6 +131,20 @@ def task_status(n: str) -> str:
     (by a hash of its number: not by schedule nor operation, whose tasks fail now and then, not always)."""
     bucket = f"abs(hashint8(({n})::bigint)) % 100"
     return f"CASE WHEN {bucket} < 3 THEN 'failed' WHEN {bucket} = 3 THEN 'terminated' ELSE 'completed' END"
+
+
+def task_created(fired: str, n: str, anchor: str) -> str:
+    """The SQL of task `n`'s creation time, its run having fired at `fired`: most at once, but 1 % one to
+    three days later (a rollout's later wave, an approval or a window waited for) and 1 in 10,000 a week to
+    seven weeks later (a long wait), never after the load (`anchor`). A task created after its filing
+    week ended is a late one (migration 0063, `task_late_weeks`): without them every list of tasks read
+    its newest weeks alone, which no fleet could count on."""
+    bucket = f"abs(hashint8(({n})::bigint)) % 10000"
+    late = (
+        f"CASE WHEN {bucket} = 0 THEN interval '1 day' * (7 + ({n}) % 44)"
+        f" WHEN {bucket} % 100 = 1 THEN interval '1 hour' * (24 + ({n}) % 49) END"
+    )
+    return f"CASE WHEN {fired} + {late} <= {anchor} THEN {fired} + {late} ELSE {fired} END"
 
 
 def task_message(status: str) -> str:
@@ -543,6 +558,10 @@ def load(
         pages_filled(engine, task_schedule_run, tasks),
     ):
         _load_history(engine, tpl, ids, r, runs, tasks_n)
+    with engine.begin() as conn:
+        # The late tasks' weeks, which the trigger on `tasks` would have recorded but for `_chunked`'s
+        # replica role.
+        task_partitions.find_late_weeks(conn)
     scope_id = _scalar(
         engine, select(task_schedule_scope.c.id).where(task_schedule_scope.c.schedule_id == tpl["schedule"])
     )
@@ -630,6 +649,7 @@ def _load_history(
 
 def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, series: str) -> None:
     s, fired = ids.schedules, ids.fired("g")
+    created = task_created(fired, "g", ids.anchor)
     _clone(
         conn,
         tasks,
@@ -645,11 +665,11 @@ def _clone_tasks(conn: Any, tpl: Mapping[str, uuid.UUID], ids: Ids, r: int, seri
             "parameters": operation_parameters("t.parameters", f"g % {s}"),
             "status": task_status("g"),
             "message": task_message(task_status("g")),
-            "created_at": fired,
-            "started_at": f"{fired} + interval '1 second'",
-            "finished_at": f"{fired} + interval '31 seconds'",
-            "updated_at": f"{fired} + interval '31 seconds'",
-            "queue_expires_at": f"CASE WHEN t.queue_expires_at IS NOT NULL THEN {fired} + "
+            "created_at": created,
+            "started_at": f"{created} + interval '1 second'",
+            "finished_at": f"{created} + interval '31 seconds'",
+            "updated_at": f"{created} + interval '31 seconds'",
+            "queue_expires_at": f"CASE WHEN t.queue_expires_at IS NOT NULL THEN {created} + "
             "(t.queue_expires_at - t.created_at) END",
         },
         series,
