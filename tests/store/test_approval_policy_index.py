@@ -92,7 +92,7 @@ async def fleet(fleet_url: str) -> AsyncIterator[Database]:
 
 
 async def _looked_at(db: Database) -> list[tuple[str, ApprovalPolicy]]:
-    async with db.read(streaming=True) as conn:
+    async with db.read(in_transaction=True) as conn:
         return [(s.name, s.policy) async for s in store.approval_set_ups(conn)]
 
 

@@ -51,7 +51,7 @@ async def _schedules(db: Database) -> dict[OperationKind, list[uuid.UUID]]:
 
 
 async def _listed(db: Database, kind: OperationKind) -> list[uuid.UUID]:
-    async with db.read(streaming=True) as conn:
+    async with db.read(in_transaction=True) as conn:
         found, total = await store.list_schedules(conn, operation=kind, limit=10)
     assert total == len(found)
     return [s.id for s in found]

@@ -53,7 +53,7 @@ async def _schedules(db: Database) -> list[str]:
 
 
 async def _looked_at(db: Database) -> list[str]:
-    async with db.read(streaming=True) as conn:
+    async with db.read(in_transaction=True) as conn:
         return [s.name async for s in store.approval_set_ups(conn)]
 
 

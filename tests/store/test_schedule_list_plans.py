@@ -42,7 +42,7 @@ async def test_a_page_by_run_time_reads_its_index(db: Database, field: str, desc
             )
     order = ScheduleOrder(field, descending=descending)
     with statements_sent(db) as all_sent:
-        async with db.read(streaming=True) as conn:
+        async with db.read(in_transaction=True) as conn:
             first, _ = await store.list_schedules(conn, order=order, limit=1)
             await store.list_schedules(conn, order=order, limit=1, after=order.key_of(first[0]))
             await store.list_schedules(conn, order=order, limit=1, after=(None, T0, uuid.UUID(int=0)))
@@ -66,7 +66,7 @@ async def test_a_page_filtered_by_operation_and_its_count_read_its_index(db: Dat
     for i in range(3):
         await env.schedule(f"s{i}", racks=[rack], operation=POWER_ON if i % 2 else POWER_OFF)
     with statements_sent(db) as all_sent:
-        async with db.read(streaming=True) as conn:
+        async with db.read(in_transaction=True) as conn:
             first, _ = await store.list_schedules(conn, operation=OperationKind.POWER_OFF, limit=1)
             key = CREATION_ORDER.key_of(first[0])
             second, _ = await store.list_schedules(
@@ -105,7 +105,7 @@ async def test_the_paused_schedules_filtered_by_operation_read_their_own_index(d
         )
         await conn.exec_driver_sql("ANALYZE task_schedule")
     with statements_sent(db) as all_sent:
-        async with db.read(streaming=True) as conn:
+        async with db.read(in_transaction=True) as conn:
             found, total = await store.list_schedules(
                 conn, operation=OperationKind.POWER_OFF, paused_only=True, limit=50
             )

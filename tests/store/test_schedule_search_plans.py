@@ -101,7 +101,7 @@ async def _search(db: Database, text: str) -> tuple[list[str], Listed, list[str]
     """The first page's names, what the list said besides, and the plan of each statement it sent."""
     found: list[Schedule] = []
     with statements_sent(db) as sent:
-        async with db.read(streaming=True) as conn:
+        async with db.read(in_transaction=True) as conn:
             listed = await store.each_schedule_chunk(conn, found.extend, name_contains=text, limit=50)
     return [s.name for s in found], listed, [await explain(db, *one) for one in sent]
 

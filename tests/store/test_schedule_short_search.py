@@ -53,7 +53,7 @@ async def _page(
     db: Database, text: str, order: ScheduleOrder, limit: int | None, after: Key | None = None
 ) -> tuple[list[Schedule], Listed]:
     found: list[Schedule] = []
-    async with db.read(streaming=True) as conn:
+    async with db.read(in_transaction=True) as conn:
         listed = await store.each_schedule_chunk(
             conn, found.extend, name_contains=text, order=order, limit=limit, after=after
         )

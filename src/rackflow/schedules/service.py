@@ -472,7 +472,7 @@ class ScheduleService:
         if enabled_only and paused_only:
             raise InvalidArgument("paused_only: cannot be combined with enabled_only")
         check_text(name_contains, "name_contains")  # no name holds control characters (nor NUL)
-        async with self.db.read(streaming=True) as conn:
+        async with self.db.read(in_transaction=True) as conn:
             return await store.each_schedule_chunk(
                 conn,
                 consume,
@@ -1285,7 +1285,7 @@ class ScheduleService:
         if not self.approvers.counted:
             return 0
         found = 0
-        async with self.db.read(streaming=True) as conn:
+        async with self.db.read(in_transaction=True) as conn:
             async for set_up in store.approval_set_ups(conn):
                 why = unapprovable(set_up.policy, self.approvers, set_up.last_edited_by)
                 if why is None:

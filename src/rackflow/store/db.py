@@ -223,15 +223,16 @@ class Database:
                 yield conn
 
     @asynccontextmanager
-    async def read(self, *, streaming: bool = False) -> AsyncIterator[AsyncConnection]:
+    async def read(self, *, in_transaction: bool = False) -> AsyncIterator[AsyncConnection]:
         """A read-only connection (never takes SQLite's write lock).
 
         SQLite: one transaction, so every statement sees the same snapshot. PostgreSQL: autocommit, which
         saves the `BEGIN` and `COMMIT` round trips and changes nothing else, because at READ COMMITTED each
-        statement takes its own snapshot inside a transaction too; `streaming` opens a transaction
-        instead, which the server-side cursor of `AsyncConnection.stream` needs.
+        statement takes its own snapshot inside a transaction too; `in_transaction` opens a transaction
+        instead, which the server-side cursor of `AsyncConnection.stream` needs, and planner settings local
+        to it (`dialect.walking_in_order`).
         """
-        if self.is_sqlite or streaming:
+        if self.is_sqlite or in_transaction:
             async with self._begin(immediate=False) as conn:
                 yield conn
             return

@@ -386,11 +386,12 @@ class ApprovalSetUp:
 async def approval_set_ups(conn: AsyncConnection) -> AsyncIterator[ApprovalSetUp]:
     """Every schedule with an approval policy, by name (the start-up look at whether this server's
     approvers can approve them: `ScheduleService.name_unapprovable`), streamed `LIST_CHUNK` rows at a time
-    (`conn` a streaming read). Only those rows are read, from their own index (`HAS_APPROVAL_POLICY`, the
-    predicate of `ix_task_schedule_approval_name`, migration 0060): a policy removed, or never set, is
-    stored as JSON's null, which SQL's `IS NULL` does not see, so the look read every schedule (344-386 ms
-    over a million at each start). It read four columns of every schedule into a list before that: at a
-    million schedules, 488 MiB at its peak, 237 MiB kept once the server was idle."""
+    (`conn` a read in a transaction). Only those rows are read, from their own index
+    (`HAS_APPROVAL_POLICY`, the predicate of `ix_task_schedule_approval_name`, migration 0060): a policy
+    removed, or never set, is stored as JSON's null, which SQL's `IS NULL` does not see, so the look read
+    every schedule (344-386 ms over a million at each start). It read four columns of every schedule into
+    a list before that: at a million schedules, 488 MiB at its peak, 237 MiB kept once the server was
+    idle."""
     stmt = (
         select(
             task_schedule.c.id, task_schedule.c.name, task_schedule.c.approval, task_schedule.c.last_edited_by
