@@ -108,6 +108,23 @@ async def explain_walked(db: Database, send: Callable[[AsyncConnection], Awaitab
     return plan
 
 
+async def explain_after_settings(db: Database, sent: list[tuple[str, Any]], holding: str) -> str:
+    """PostgreSQL's plan of the statement among `sent` (`statements_sent`) that holds the text `holding`,
+    after every planner setting sent before it (`store.dialect`'s `set_config` calls), in one transaction:
+    as the code had it planned. A code that sent no setting has it planned with none."""
+    at = next(n for n, (statement, _) in enumerate(sent) if holding in statement)
+    async with db.engine.connect() as conn:
+        transaction = await conn.begin()
+        try:
+            for statement, parameters in sent[:at]:
+                if _WALK_SETTINGS.search(statement):
+                    await conn.exec_driver_sql(statement, parameters)
+            plan = _text((await conn.exec_driver_sql("EXPLAIN " + sent[at][0], sent[at][1])).all())
+            return await by_parent_index(conn, plan)
+        finally:
+            await transaction.rollback()
+
+
 async def explain(db: Database, statement: str, parameters: Any) -> str:
     """The plan of `statement` with its parameters bound (PostgreSQL or SQLite), each partition's index
     named by its partitioned index (`by_parent_index`)."""

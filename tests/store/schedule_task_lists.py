@@ -66,7 +66,7 @@ async def first_page(
 async def listed(db: Database, schedule: uuid.UUID, status: TaskStatus | None = None) -> list[uuid.UUID]:
     """The schedule's tasks of `status` (None: every status), a page of 10, newest first; the list's count
     checked against the page."""
-    async with db.read() as conn:
+    async with db.read(in_transaction=True) as conn:
         found, total = await first_page(conn, schedule, [status] if status else [], 10)
     assert total == len(found)
     return [t.id for t in found]

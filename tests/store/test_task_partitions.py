@@ -231,13 +231,13 @@ async def test_pages_of_the_newest_tasks_read_their_weeks_and_the_late_ones_and_
     try:
         for filters in lists:
             args: dict[str, Any] = {"rack_id": None, "schedule_id": None, "active_only": False, **filters}
-            async with pg.read() as conn:
+            async with pg.read(in_transaction=True) as conn:
                 whole, _ = await task_store.list_tasks(conn, **args, offset=0, limit=None)
             for limit in (7, 40):
                 walked: list[uuid.UUID] = []
                 after = None
                 while True:
-                    async with pg.read() as conn:
+                    async with pg.read(in_transaction=True) as conn:
                         page, _ = await task_store.list_tasks(
                             conn, **args, offset=0, limit=limit, after=after
                         )
@@ -269,7 +269,7 @@ async def test_the_overview_s_reads_find_a_task_created_late_and_a_live_one_file
                    "", TaskStatus.PENDING, "", None, now, None, None, now)  # fmt: skip
     async with pg.transaction() as conn:
         await task_store.insert_tasks(conn, [pending])
-    async with pg.read() as conn:
+    async with pg.read(in_transaction=True) as conn:
         failed = await task_store.failed_since(conn, created_since=now - timedelta(days=1), limit=10)
         counts = await task_store.status_counts(conn, created_since=now - timedelta(days=1))
         active, total = await task_store.list_tasks(

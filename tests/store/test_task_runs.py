@@ -199,7 +199,7 @@ async def test_a_tasks_component_ids_read_back_as_written_by_every_read(db: Data
         )
         await conn.execute(update(tasks_table).where(tasks_table.c.id == empty.id).values(component_ids=[]))
     expected = {named.id: written, empty.id: ()}
-    async with db.read() as conn:
+    async with db.read(in_transaction=True) as conn:
         by_id = await store.get_tasks(conn, [named.id, empty.id])
         page, _ = await store.list_tasks(
             conn, rack_id=None, schedule_id=None, active_only=False, offset=0, limit=10

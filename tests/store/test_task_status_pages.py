@@ -71,7 +71,7 @@ async def _page(
     statuses: Collection[TaskStatus] = WANTED,
     **filters: Any,
 ) -> tuple[list[Task], int]:
-    async with db.read() as conn:
+    async with db.read(in_transaction=True) as conn:
         return await task_store.list_tasks(
             conn, rack_id=rack_id, statuses=statuses, **{"schedule_id": None, "active_only": False, **filters}
         )

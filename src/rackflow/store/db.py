@@ -230,7 +230,7 @@ class Database:
         saves the `BEGIN` and `COMMIT` round trips and changes nothing else, because at READ COMMITTED each
         statement takes its own snapshot inside a transaction too; `in_transaction` opens a transaction
         instead, which the server-side cursor of `AsyncConnection.stream` needs, and planner settings local
-        to it (`dialect.walking_in_order`).
+        to it (`dialect.newest_from_own_index`).
         """
         if self.is_sqlite or in_transaction:
             async with self._begin(immediate=False) as conn:

@@ -432,8 +432,9 @@ class TaskManager:
         after: Sequence[Any] | None = None,
     ) -> tuple[list[Task], int]:
         """Newest first (after the `store.TASK_ORDER` key `after`), with the total before paging (counted
-        up to LIST_COUNT_CAP, then more); `statuses` (if any) and `active_only` both apply."""
-        async with self.db.read() as conn:
+        up to LIST_COUNT_CAP, then more); `statuses` (if any) and `active_only` both apply. Read in a
+        transaction: a schedule's page is planned with settings local to it (`store.list_tasks`)."""
+        async with self.db.read(in_transaction=True) as conn:
             return await store.list_tasks(
                 conn,
                 rack_id=rack_id,
