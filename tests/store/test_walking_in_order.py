@@ -1,14 +1,17 @@
-"""`store.dialect.walking_in_order`: the planner settings of a walk in order hold for the block's statements
-only, and a statement of the block that fails keeps its own error (tests/store/test_task_indexes.py holds the
-claim's plan with them)."""
+"""`store.dialect.walking_in_order` and `newest_from_own_index`: their planner settings hold for the block's
+statements only, a statement of the block that fails keeps its own error, and a connection that autocommits,
+on which a setting local to a transaction would change no plan, is refused (tests/store/test_task_indexes.py
+holds the claim's plan with them, tests/store/test_task_list_plans.py a schedule's page of tasks)."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 from sqlalchemy import text
 
 from rackflow.store.db import Database
-from rackflow.store.dialect import walking_in_order
+from rackflow.store.dialect import newest_from_own_index, walking_in_order
 
 SETTINGS = text("SELECT current_setting('enable_bitmapscan'), current_setting('enable_sort')")
 
@@ -54,3 +57,33 @@ async def test_a_statement_that_fails_in_a_walk_keeps_its_own_error(db_url: str)
         await db.dispose()
     assert "no_such_table" in str(raised.value)
     assert "aborted" not in str(raised.value)
+
+
+@pytest.mark.postgres
+async def test_a_schedules_page_turns_incremental_sort_off_for_its_block_only(postgres_url: str) -> None:
+    db = Database(postgres_url)
+    setting = text("SELECT current_setting('enable_incremental_sort')")
+    try:
+        async with db.read(in_transaction=True) as conn:
+            async with newest_from_own_index(conn):
+                within = await conn.scalar(setting)
+            after = await conn.scalar(setting)
+    finally:
+        await db.dispose()
+    assert (within, after) == ("off", "on")
+
+
+async def test_planner_settings_refuse_a_connection_that_autocommits(db_url: str) -> None:
+    """`Database.read` autocommits on PostgreSQL: a setting local to a transaction would last its own
+    statement and change no plan, so it is refused rather than ignored. SQLite plans as it does."""
+    db = Database(db_url)
+    refused = (
+        pytest.raises(AssertionError, match="in_transaction") if db.is_postgres else contextlib.nullcontext()
+    )
+    try:
+        async with db.read() as conn:
+            with refused:
+                async with newest_from_own_index(conn):
+                    await conn.execute(text("SELECT 1"))
+    finally:
+        await db.dispose()
