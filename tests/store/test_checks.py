@@ -750,7 +750,7 @@ async def test_the_queue_head_reads_what_the_gates_look_at_not_whole_rows(db: Da
     statement, _ = await statement_sent(
         db, lambda conn: store.queue_head(conn, GATE_NAME, now=CLOCK.now(), limit=10)
     )
-    async with db.read() as conn:
+    async with db.read(in_transaction=True) as conn:
         head = await store.queue_head(conn, GATE_NAME, now=CLOCK.now(), limit=10)
     assert "parameters" not in statement and "component_ids" not in statement, statement
     assert {(t.id, t.kind, t.ignore_windows, was_asked) for t, was_asked in head} == {

@@ -221,7 +221,9 @@ class PreflightChecker:
         read for both, with the checks, the racks and their components read once (issue 26: the loop's
         own work for the checks, a poll every few ticks while tasks end, was what slowed a drain)."""
         now = self.clock.now()
-        async with self.db.read() as conn:
+        # In a transaction: the look at the queue's head walks it in its order with planner settings local
+        # to one (`store.queue_head`), which an autocommit read would drop after their own statement.
+        async with self.db.read(in_transaction=True) as conn:
             due = await store.due(conn, GATE_NAME, now=now, limit=self.batch)
             wanted = min(self.ahead(), self.batch) if self.ahead is not None else 0
             if not due and wanted <= 0:
