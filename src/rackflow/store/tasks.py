@@ -417,7 +417,10 @@ async def list_tasks(
     is its count: each statement is planned over the partitions it reads, and over a year of weeks a
     schedule's page of every status planned for 86 ms and ran for 17 (docs/PERFORMANCE.md, "A page of
     tasks from the newest weeks"). A schedule whose tasks fit in the page is read whole from its index
-    and sorted, one read a week rather than one a status."""
+    and sorted, one read a week rather than one a status.
+
+    A schedule's page is planned without incremental sort (`dialect.newest_from_own_index`), so `conn`
+    must be in a transaction on PostgreSQL (`Database.read(in_transaction=True)`)."""
     conditions = []
     if rack_id is not None:
         conditions.append(tasks.c.rack_id == rack_id)
