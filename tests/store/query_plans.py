@@ -95,17 +95,9 @@ async def explain_walked(db: Database, send: Callable[[AsyncConnection], Awaitab
     and their reset, so a test of it proves the code walks."""
     sent = [s for s in await _all_sent(db, send) if not _LIVE_WEEKS.search(s[0])]
     assert len(sent) == 3, f"expected a statement within the walk's settings, got {[s for s, _ in sent]}"
-    (settings, settings_parameters), statement, (reset, _) = sent
+    (settings, _), (statement, _), (reset, _) = sent
     assert _WALK_SETTINGS.search(settings) and _WALK_SETTINGS.search(reset), [s for s, _ in sent]
-    async with db.engine.connect() as conn:
-        transaction = await conn.begin()
-        try:
-            await conn.exec_driver_sql(settings, settings_parameters)
-            plan = _text((await conn.exec_driver_sql("EXPLAIN " + statement[0], statement[1])).all())
-            plan = await by_parent_index(conn, plan)
-        finally:
-            await transaction.rollback()
-    return plan
+    return await explain_after_settings(db, sent, statement)
 
 
 async def explain_after_settings(db: Database, sent: list[tuple[str, Any]], holding: str) -> str:
